@@ -1,0 +1,87 @@
+#include "core/dtype.h"
+
+#include <cmath>
+
+namespace dfl {
+
+namespace {
+struct DTypeInfo {
+  DType type;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo kInfos[] = {
+    {DType::kF32, "F32", 4},       {DType::kBF16, "BF16", 2},     {DType::kF16, "F16", 2},
+    {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1}, {DType::kI8, "I8", 1},
+    {DType::kI16, "I16", 2},       {DType::kI32, "I32", 4},       {DType::kI64, "I64", 8},
+    {DType::kU8, "U8", 1},         {DType::kBool, "BOOL", 1},     {DType::kF64, "F64", 8},
+};
+}  // namespace
+
+size_t dtype_size(DType t) {
+  for (const auto& i : kInfos)
+    if (i.type == t) return i.size;
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  for (const auto& i : kInfos)
+    if (i.type == t) return i.name;
+  return "?";
+}
+
+bool dtype_from_safetensors(std::string_view s, DType* out) {
+  for (const auto& i : kInfos) {
+    if (s == i.name) {
+      *out = i.type;
+      return true;
+    }
+  }
+  return false;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  float v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<float>(man), -24);
+  } else if (exp == 31) {
+    v = man ? NAN : INFINITY;
+  } else {
+    v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
+  }
+  return sign ? -v : v;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow → inf
+  if (a < 0x38800000u) {  // subnormal or zero in f16: round x·2^24 to nearest even integer
+    float af;
+    std::memcpy(&af, &a, 4);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(af * 16777216.0f)));
+  }
+  a += 0xc8000fffu + ((a >> 13) & 1u);  // rebias exponent (-112 << 23) and round to nearest even
+  return static_cast<uint16_t>(sign | (a >> 13));
+}
+
+float f8e4m3_to_f32(uint8_t v) {
+  const uint32_t sign = v >> 7, exp = (v >> 3) & 0xfu, man = v & 0x7u;
+  float r;
+  if (exp == 0xf && man == 0x7) {
+    r = NAN;
+  } else if (exp == 0) {
+    r = std::ldexp(static_cast<float>(man), -9);
+  } else {
+    r = std::ldexp(static_cast<float>(man | 0x8u), static_cast<int>(exp) - 10);
+  }
+  return sign ? -r : r;
+}
+
+float f8e5m2_to_f32(uint8_t v) { return f16_to_f32(static_cast<uint16_t>(v) << 8); }
+
+}  // namespace dfl
