@@ -1,0 +1,114 @@
+// Scalar reference ops: straightforward loops, double accumulation where it is cheap, so they
+// serve as the oracle that optimized kernels are measured against.
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace dfl::ref {
+
+float weight_at(const WeightMatrix& w, int64_t row, int64_t col) {
+  const int64_t i = row * w.n_in + col;
+  switch (w.dtype) {
+    case DType::kF32:
+      return static_cast<const float*>(w.data)[i];
+    case DType::kBF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(w.data)[i]);
+    case DType::kF16:
+      return f16_to_f32(static_cast<const uint16_t*>(w.data)[i]);
+    case DType::kF8E4M3: {
+      const float v = f8e4m3_to_f32(static_cast<const uint8_t*>(w.data)[i]);
+      if (!w.scale) return v;
+      const int64_t grid_cols = (w.n_in + w.scale_block_in - 1) / w.scale_block_in;
+      return v * w.scale[(row / w.scale_block_out) * grid_cols + col / w.scale_block_in];
+    }
+    default:
+      DFL_ASSERT(false && "ref::weight_at: unsupported weight dtype");
+  }
+  return 0.0f;
+}
+
+void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y) {
+  for (int64_t m = 0; m < n_rows; ++m) {
+    for (int64_t n = 0; n < w.n_out; ++n) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < w.n_in; ++k) acc += double(x[m * w.n_in + k]) * weight_at(w, n, k);
+      y[m * w.n_out + n] = static_cast<float>(acc);
+    }
+  }
+}
+
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < dim; ++i) ss += double(x[r * dim + i]) * x[r * dim + i];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = (x[r * dim + i] * inv) * w[i];
+  }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
+               int64_t n_rot, const float* cos, const float* sin) {
+  const int64_t half = n_rot / 2;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* c = cos + r * half;
+    const float* s = sin + r * half;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + r * row_stride + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
+               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out) {
+  const int32_t group = p.n_heads / p.n_kv_heads;
+  std::vector<double> logits(n_kv);
+  for (int64_t i = 0; i < n_q; ++i) {
+    for (int32_t h = 0; h < p.n_heads; ++h) {
+      const int32_t kvh = h / group;
+      const float* qv = q + (i * p.n_heads + h) * p.d_qk;
+      double mx = p.sinks ? double(p.sinks[h]) : -INFINITY;
+      for (int64_t j = 0; j < n_kv; ++j) {
+        if (!kv_visible(q_pos[i], k_pos[j], p.window)) {
+          logits[j] = -INFINITY;
+          continue;
+        }
+        const float* kv = k + (j * p.n_kv_heads + kvh) * p.d_qk;
+        double dot = 0.0;
+        for (int32_t d = 0; d < p.d_qk; ++d) dot += double(qv[d]) * kv[d];
+        logits[j] = dot * p.scale;
+        if (logits[j] > mx) mx = logits[j];
+      }
+      float* o = out + (i * p.n_heads + h) * p.d_v;
+      std::vector<double> acc(p.d_v, 0.0);
+      double denom = p.sinks ? std::exp(double(p.sinks[h]) - mx) : 0.0;
+      if (std::isinf(mx)) {  // nothing visible and no sink
+        for (int32_t d = 0; d < p.d_v; ++d) o[d] = 0.0f;
+        continue;
+      }
+      for (int64_t j = 0; j < n_kv; ++j) {
+        if (std::isinf(logits[j])) continue;
+        const double e = std::exp(logits[j] - mx);
+        denom += e;
+        const float* vv = v + (j * p.n_kv_heads + kvh) * p.d_v;
+        for (int32_t d = 0; d < p.d_v; ++d) acc[d] += e * vv[d];
+      }
+      for (int32_t d = 0; d < p.d_v; ++d) o[d] = denom > 0 ? static_cast<float>(acc[d] / denom) : 0.0f;
+    }
+  }
+}
+
+}  // namespace dfl::ref
