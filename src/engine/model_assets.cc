@@ -1,0 +1,72 @@
+#include "engine/model_assets.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/mmap.h"
+
+namespace dfl {
+
+namespace {
+void add_id(std::vector<int32_t>& ids, int64_t id) {
+  if (id >= 0 && id < (1ll << 31) && std::find(ids.begin(), ids.end(), id) == ids.end())
+    ids.push_back(static_cast<int32_t>(id));
+}
+
+// tokenizer_config special tokens are either strings or {"content": "..."} objects.
+std::string token_text(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
+  return "";
+}
+}  // namespace
+
+ModelAssets ModelAssets::load(const std::string& dir) {
+  ModelAssets a;
+  a.dir = dir;
+  const std::string tok = dir + "/tokenizer.json";
+  if (file_exists(tok)) a.tokenizer = Tokenizer::from_file(tok);
+
+  const std::string tc = dir + "/tokenizer_config.json";
+  if (file_exists(tc)) {
+    nlohmann::ordered_json j;
+    try {
+      j = nlohmann::ordered_json::parse(read_text_file(tc));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(str("'", tc, "' is not valid JSON: ", e.what()));
+    }
+    DFL_CHECK(j.is_object(), "'", tc, "' must hold a JSON object");
+    if (j.contains("eos_token")) a.eos_token = token_text(j["eos_token"]);
+    if (j.contains("chat_template") && !j["chat_template"].is_null())
+      a.chat = ChatTemplate::from_config_json(j);
+  }
+
+  const std::string gc = dir + "/generation_config.json";
+  if (file_exists(gc)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_text_file(gc));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(str("'", gc, "' is not valid JSON: ", e.what()));
+    }
+    if (j.is_object() && j.contains("eos_token_id")) {
+      const auto& e = j["eos_token_id"];
+      if (e.is_number_integer()) add_id(a.eos_ids, e.get<int64_t>());
+      if (e.is_array())
+        for (const auto& x : e)
+          if (x.is_number_integer()) add_id(a.eos_ids, x.get<int64_t>());
+    }
+  }
+  if (a.tokenizer && !a.eos_token.empty()) add_id(a.eos_ids, a.tokenizer->piece_to_id(a.eos_token));
+  return a;
+}
+
+const Tokenizer& ModelAssets::require_tokenizer() const {
+  DFL_CHECK(tokenizer.has_value(), "'", dir, "' has no tokenizer.json (use --prompt-ids to pass token ids)");
+  return *tokenizer;
+}
+
+}  // namespace dfl

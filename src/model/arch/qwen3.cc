@@ -1,0 +1,135 @@
+// Qwen3 dense (Qwen3ForCausalLM): embedding → L × [RMSNorm → attention (q/k per-head RMSNorm
+// before NeoX RoPE, GQA) → residual → RMSNorm → SwiGLU → residual] → RMSNorm → lm_head.
+#include <memory>
+#include <numeric>
+
+#include "core/error.h"
+#include "model/arch/families.h"
+#include "model/blocks.h"
+#include "model/weights.h"
+
+namespace dfl {
+
+namespace {
+
+class Qwen3Model final : public CausalLM {
+ public:
+  Qwen3Model(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool)
+      : cfg_(std::move(cfg)), ck_(cfg_.dir), pool_(pool) {
+    const int32_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    embed_ = load_linear(ck_, "model.embed_tokens.weight", V, H);
+    final_norm_ = load_vector(ck_, "model.norm.weight", H);
+    if (cfg_.tie_word_embeddings) {
+      lm_head_ = embed_;
+      (void)ck_.find("lm_head.weight");  // some exports keep the tied copy: accept it
+    } else {
+      lm_head_ = load_linear(ck_, "lm_head.weight", V, H);
+    }
+    for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+      layers_.push_back(load_dense_layer(ck_, str("model.layers.", il, "."), cfg_.layers[il], H,
+                                         cfg_.intermediate_size));
+    }
+    const auto leftover = ck_.unused_names();
+    DFL_CHECK(leftover.empty(), "unexpected tensor '", leftover.empty() ? "" : leftover[0], "' in '",
+              cfg_.dir, "' (", leftover.size(), " tensors not used by ", cfg_.architecture, ")");
+    rope_ = RopeTable(cfg_.layers[0].rope);
+    const int32_t max_ctx = std::min(opts.max_context, cfg_.max_position_embeddings);
+    kv_ = KvCache(kv_layout(cfg_), opts.n_seqs, max_ctx, opts.max_block);
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  KvCache& kv() override { return kv_; }
+
+  void embed(const int32_t* tokens, int64_t n, float* out) const override {
+    for (int64_t i = 0; i < n; ++i)
+      DFL_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "token id ", tokens[i],
+                " is out of range for vocab_size ", cfg_.vocab_size);
+    rows_to_f32(embed_, tokens, n, out);
+  }
+
+  void lm_head(const float* x_normed, int64_t n, float* logits) override {
+    ops::matmul(x_normed, n, lm_head_, logits, pool_);
+  }
+
+  void norm_and_lm_head(const float* x, int64_t n, float* logits) override {
+    const int32_t H = cfg_.hidden_size;
+    sc_.ensure(sc_.a, size_t(n) * H);
+    ops::rms_norm(x, final_norm_.data(), n, H, cfg_.rms_norm_eps, sc_.a.data());
+    lm_head(sc_.a.data(), n, logits);
+  }
+
+  void forward(const ForwardArgs& a, ForwardOut& out) override {
+    const int32_t H = cfg_.hidden_size, n = a.n;
+    DFL_CHECK(n > 0, "empty forward pass");
+    DFL_CHECK(a.pos0 == kv_.length(a.seq), "forward: pos0 ", a.pos0, " != cached length ",
+              kv_.length(a.seq));
+    DFL_CHECK(a.pos0 + n <= kv_.max_context(), "context overflow: ", a.pos0 + n,
+              " tokens exceed the context limit of ", kv_.max_context());
+    x_.resize(size_t(n) * H);
+    embed(a.tokens, n, x_.data());
+    const size_t n_aux = a.aux ? a.aux->size() : 0;
+    out.aux.assign(size_t(n) * n_aux * H, 0.0f);
+    if (a.aux)
+      for (int32_t idx : *a.aux)
+        DFL_CHECK(idx >= 0 && idx <= cfg_.n_layers, "aux hidden-state index ", idx,
+                  " is out of range [0, ", cfg_.n_layers, "]");
+    capture(a, 0, n, out);
+    for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+      const LayerSpec& s = cfg_.layers[il];
+      attention_block(layers_[il], s, rope_, x_.data(), n, a.pos0, H, cfg_.rms_norm_eps, 1.0f, kv_,
+                      a.seq, il, sc_, pool_);
+      mlp_block(layers_[il], x_.data(), n, H, cfg_.intermediate_size, cfg_.rms_norm_eps, sc_, pool_);
+      capture(a, il + 1, n, out);
+    }
+    kv_.commit_length(a.seq, a.pos0 + n);
+    const int64_t V = cfg_.vocab_size;
+    if (a.logits == LogitsMode::kAll) {
+      out.logits.resize(size_t(n) * V);
+      norm_and_lm_head(x_.data(), n, out.logits.data());
+    } else if (a.logits == LogitsMode::kLast) {
+      out.logits.resize(V);
+      norm_and_lm_head(x_.data() + size_t(n - 1) * H, 1, out.logits.data());
+    } else {
+      out.logits.clear();
+    }
+  }
+
+  int64_t weight_bytes_per_token() const override {
+    int64_t b = 0;
+    auto mb = [](const WeightMatrix& w) { return w.n_out * w.n_in * int64_t(dtype_size(w.dtype)); };
+    for (const auto& l : layers_) b += mb(l.q) + mb(l.k) + mb(l.v) + mb(l.o) + mb(l.gate) + mb(l.up) + mb(l.down);
+    return b + mb(lm_head_) + cfg_.hidden_size * int64_t(dtype_size(embed_.dtype));
+  }
+
+ private:
+  // Copies the residual stream into every requested aux column equal to `index`.
+  void capture(const ForwardArgs& a, int32_t index, int32_t n, ForwardOut& out) {
+    if (!a.aux) return;
+    const int32_t H = cfg_.hidden_size;
+    const size_t n_aux = a.aux->size();
+    for (size_t j = 0; j < n_aux; ++j) {
+      if ((*a.aux)[j] != index) continue;
+      for (int32_t t = 0; t < n; ++t)
+        std::copy_n(x_.data() + size_t(t) * H, H, out.aux.data() + (size_t(t) * n_aux + j) * H);
+    }
+  }
+
+  ModelConfig cfg_;
+  Checkpoint ck_;
+  ThreadPool& pool_;
+  WeightMatrix embed_, lm_head_;
+  std::vector<float> final_norm_;
+  std::vector<DenseLayer> layers_;
+  RopeTable rope_;
+  KvCache kv_;
+  Scratch sc_;
+  std::vector<float> x_;
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLM> make_qwen3(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool) {
+  return std::make_unique<Qwen3Model>(std::move(cfg), opts, pool);
+}
+
+}  // namespace dfl

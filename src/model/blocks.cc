@@ -1,0 +1,100 @@
+#include "model/blocks.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "model/weights.h"
+
+namespace dfl {
+
+DenseLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const LayerSpec& s,
+                            int32_t H, int32_t I) {
+  DenseLayer w;
+  w.in_norm = load_vector(ck, p + "input_layernorm.weight", H);
+  w.post_norm = load_vector(ck, p + "post_attention_layernorm.weight", H);
+  w.q = load_linear(ck, p + "self_attn.q_proj.weight", int64_t(s.n_heads) * s.head_dim, H);
+  w.k = load_linear(ck, p + "self_attn.k_proj.weight", int64_t(s.n_kv_heads) * s.head_dim, H);
+  w.v = load_linear(ck, p + "self_attn.v_proj.weight", int64_t(s.n_kv_heads) * s.v_head_dim, H);
+  w.o = load_linear(ck, p + "self_attn.o_proj.weight", H, int64_t(s.n_heads) * s.v_head_dim);
+  w.q_norm = load_vector(ck, p + "self_attn.q_norm.weight", s.head_dim);
+  w.k_norm = load_vector(ck, p + "self_attn.k_norm.weight", s.head_dim);
+  if (s.sinks) w.sinks = load_vector(ck, p + "self_attn.attention_sink_bias", s.n_heads);
+  w.gate = load_linear(ck, p + "mlp.gate_proj.weight", I, H);
+  w.up = load_linear(ck, p + "mlp.up_proj.weight", I, H);
+  w.down = load_linear(ck, p + "mlp.down_proj.weight", H, I);
+  return w;
+}
+
+void project_qkv(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, const float* a,
+                 int32_t n, const int32_t* pos, float eps, float value_scale, float* q_out,
+                 float* k_out, float* v_out, Scratch& sc, ThreadPool& pool) {
+  const int32_t half = rope.n_rot() / 2;
+  sc.ensure(sc.cos, size_t(n) * half);
+  sc.ensure(sc.sin, size_t(n) * half);
+  rope.fill(pos, n, sc.cos.data(), sc.sin.data());
+  if (q_out) {
+    ops::matmul(a, n, w.q, q_out, pool);                    // [n, nh*hd]
+    ops::rms_norm(q_out, w.q_norm.data(), int64_t(n) * s.n_heads, s.head_dim, eps, q_out);
+    ops::rope_neox(q_out, n, int64_t(s.n_heads) * s.head_dim, s.n_heads, s.head_dim, rope.n_rot(),
+                   sc.cos.data(), sc.sin.data());
+  }
+  ops::matmul(a, n, w.k, k_out, pool);                      // [n, nkv*hd]
+  ops::rms_norm(k_out, w.k_norm.data(), int64_t(n) * s.n_kv_heads, s.head_dim, eps, k_out);
+  ops::rope_neox(k_out, n, int64_t(s.n_kv_heads) * s.head_dim, s.n_kv_heads, s.head_dim,
+                 rope.n_rot(), sc.cos.data(), sc.sin.data());
+  ops::matmul(a, n, w.v, v_out, pool);                      // [n, nkv*vd]
+  if (value_scale != 1.0f) {
+    const int64_t nv = int64_t(n) * s.n_kv_heads * s.v_head_dim;
+    for (int64_t i = 0; i < nv; ++i) v_out[i] *= value_scale;
+  }
+}
+
+void attention_block(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, float* x,
+                     int32_t n, int32_t pos0, int32_t H, float eps, float value_scale,
+                     KvCache& kv, int32_t seq, int32_t il, Scratch& sc, ThreadPool& pool) {
+  const size_t nq = size_t(n) * s.n_heads * s.head_dim;
+  const size_t nk = size_t(n) * s.n_kv_heads * s.head_dim;
+  const size_t nv = size_t(n) * s.n_kv_heads * s.v_head_dim;
+  sc.ensure(sc.a, size_t(n) * H);
+  sc.ensure(sc.q, nq);
+  sc.ensure(sc.k, nk);
+  sc.ensure(sc.v, nv);
+  sc.ensure(sc.o, size_t(n) * s.n_heads * s.v_head_dim);
+  std::vector<int32_t> pos(n);
+  std::iota(pos.begin(), pos.end(), pos0);
+
+  ops::rms_norm(x, w.in_norm.data(), n, H, eps, sc.a.data());
+  project_qkv(w, s, rope, sc.a.data(), n, pos.data(), eps, value_scale, sc.q.data(), sc.k.data(),
+              sc.v.data(), sc, pool);
+  kv.write(seq, il, pos0, n, sc.k.data(), sc.v.data());
+
+  AttnParams p;
+  p.n_heads = s.n_heads;
+  p.n_kv_heads = s.n_kv_heads;
+  p.d_qk = s.head_dim;
+  p.d_v = s.v_head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  p.window = s.window;
+  p.sinks = w.sinks.empty() ? nullptr : w.sinks.data();
+  ops::attention(sc.q.data(), pos.data(), n, kv.k(seq, il), kv.v(seq, il), kv.pos(seq, il),
+                 kv.n_slots(seq, il), p, sc.o.data(), pool);
+  sc.ensure(sc.a, size_t(n) * H);
+  ops::matmul(sc.o.data(), n, w.o, sc.a.data(), pool);     // [n, H]
+  ops::add_inplace(x, sc.a.data(), int64_t(n) * H);
+}
+
+void mlp_block(const DenseLayer& w, float* x, int32_t n, int32_t H, int32_t I, float eps,
+               Scratch& sc, ThreadPool& pool) {
+  sc.ensure(sc.a, size_t(n) * H);
+  sc.ensure(sc.g, size_t(n) * I);
+  sc.ensure(sc.u, size_t(n) * I);
+  ops::rms_norm(x, w.post_norm.data(), n, H, eps, sc.a.data());
+  ops::matmul(sc.a.data(), n, w.gate, sc.g.data(), pool);  // [n, I]
+  ops::matmul(sc.a.data(), n, w.up, sc.u.data(), pool);    // [n, I]
+  ops::silu_mul(sc.g.data(), sc.u.data(), int64_t(n) * I, sc.g.data());
+  ops::matmul(sc.g.data(), n, w.down, sc.a.data(), pool);  // [n, H]
+  ops::add_inplace(x, sc.a.data(), int64_t(n) * H);
+}
+
+}  // namespace dfl

@@ -1,0 +1,54 @@
+// Shared transformer blocks (Qwen3-style dense decoder layer pieces) used by every family.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/threadpool.h"
+#include "io/checkpoint.h"
+#include "kernels/ops.h"
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/rope.h"
+
+namespace dfl {
+
+// One Qwen3-style layer: attention with per-head q_norm/k_norm, SwiGLU MLP.
+struct DenseLayer {
+  std::vector<float> in_norm, post_norm;  // [H]
+  std::vector<float> q_norm, k_norm;      // [head_dim]
+  std::vector<float> sinks;               // [n_heads] or empty
+  WeightMatrix q, k, v, o;                // [nh*hd, H], [nkv*hd, H], [nkv*vd, H], [H, nh*vd]
+  WeightMatrix gate, up, down;            // [I, H], [I, H], [H, I]
+};
+
+// Loads "<prefix>input_layernorm.weight", "<prefix>self_attn.q_proj.weight", ... with shapes from
+// the config; sinks from "<prefix>self_attn.attention_sink_bias" when spec.sinks.
+DenseLayer load_dense_layer(const Checkpoint& ck, const std::string& prefix, const LayerSpec& spec,
+                            int32_t hidden, int32_t intermediate);
+
+// Reusable scratch buffers (grown on demand, never shrunk).
+struct Scratch {
+  std::vector<float> a, q, k, v, o, g, u, cos, sin;
+  void ensure(std::vector<float>& b, size_t n) {
+    if (b.size() < n) b.resize(n);
+  }
+};
+
+// q/k projections → per-head RMSNorm → RoPE. a: [n, H] normed input.
+// Writes q [n, nh*hd] (if q_out) and k [n, nkv*hd], v [n, nkv*vd] (v scaled by value_scale).
+void project_qkv(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, const float* a,
+                 int32_t n, const int32_t* pos, float eps, float value_scale, float* q_out,
+                 float* k_out, float* v_out, Scratch& sc, ThreadPool& pool);
+
+// x [n, H] += o_proj(attention(input_norm(x))) with K/V written to the cache at positions pos0..
+// and queries at positions pos0..pos0+n-1 attending over every cache slot of the layer.
+void attention_block(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, float* x,
+                     int32_t n, int32_t pos0, int32_t hidden, float eps, float value_scale,
+                     KvCache& kv, int32_t seq, int32_t il, Scratch& sc, ThreadPool& pool);
+
+// x [n, H] += down(silu(gate(post_norm(x))) ⊙ up(post_norm(x)))
+void mlp_block(const DenseLayer& w, float* x, int32_t n, int32_t hidden, int32_t intermediate,
+               float eps, Scratch& sc, ThreadPool& pool);
+
+}  // namespace dfl

@@ -1,0 +1,93 @@
+// config.json → ModelConfig: one struct for every family, with a per-layer spec vector.
+// Families differ only where the math differs (gemma.cpp style): no class hierarchy.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attention/attn_spec.h"
+
+namespace dfl {
+
+enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2 };
+const char* family_name(Family f);
+
+// RoPE of one layer: NeoX (rotate-half) pairs (i, i + n_rot/2) over the leading n_rot dims.
+struct RopeSpec {
+  float theta = 10000.0f;
+  int32_t n_rot = 0;                 // rotated dims per head (int(head_dim × partial_rotary_factor))
+  std::string type = "default";      // "default" | "yarn" | "linear"
+  float factor = 1.0f;               // yarn / linear scaling factor
+  int32_t original_max_position = 0; // yarn
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  std::optional<float> attention_factor, mscale, mscale_all_dim;
+  bool truncate = true;
+  bool operator==(const RopeSpec&) const = default;
+};
+
+struct LayerSpec {
+  AttnKind attn = AttnKind::kFull;
+  int32_t sliding_window = 0;  // W when sliding
+  bool causal = true;
+  Window window;               // resolved visibility window (attention/attn_spec.h); read by all
+  bool sinks = false;          // learned per-head sink logits
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;        // q/k head dim
+  int32_t v_head_dim = 0;
+  RopeSpec rope;
+  bool moe = false;
+};
+
+// DFlash drafter keys (dflash_config first, then top level).
+struct DFlashSpec {
+  int32_t block_size = 16;
+  std::vector<int32_t> target_layer_ids;  // tap t = residual stream after target layer t
+  int32_t mask_token_id = -1;
+  int32_t num_target_layers = 0;
+  float attention_value_scale = 1.0f;     // multiplies V (context and block)
+  std::optional<float> backbone_rotary_base;  // RoPE base for context keys only
+  bool has_explicit_target_layer_ids = false;
+};
+
+struct MoESpec {
+  int32_t n_routed_experts = 0;
+  int32_t n_experts_per_tok = 0;
+  int32_t moe_intermediate_size = 0;
+  int32_t n_group = 1, topk_group = 1;
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.0f;
+  std::string scoring_func = "sigmoid";
+};
+
+struct ModelConfig {
+  std::string dir;             // folder it was read from
+  std::string architecture;    // architectures[0]
+  std::string model_type;
+  Family family = Family::kQwen3;
+  int32_t hidden_size = 0;
+  int32_t intermediate_size = 0;
+  int32_t n_layers = 0;
+  int32_t vocab_size = 0;
+  int32_t max_position_embeddings = 0;
+  float rms_norm_eps = 1e-6f;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  std::string torch_dtype;
+  std::vector<LayerSpec> layers;
+  std::optional<DFlashSpec> dflash;   // set for drafters
+  std::optional<MoESpec> moe;         // set for MoE families
+};
+
+// Parses `dir`/config.json (throws dfl::Error with a one-line reason on any problem).
+ModelConfig load_model_config(const std::string& dir);
+// Parses config JSON text; `dir` is only recorded. Used by the fuzz target and tests.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& dir = "");
+
+// The z-lab default when target_layer_ids is absent: [L_t/2] for one layer, else
+// round(1 + i·(L_t−4)/(L_d−1)) with Python's round-half-to-even.
+std::vector<int32_t> default_target_layer_ids(int32_t n_target_layers, int32_t n_draft_layers);
+
+}  // namespace dfl

@@ -1,0 +1,31 @@
+// RoPE frequency tables (default, linear, YaRN — same formulas as HF transformers'
+// modeling_rope_utils) and cos/sin for a list of positions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace dfl {
+
+class RopeTable {
+ public:
+  RopeTable() = default;
+  // `theta_override` > 0 replaces spec.theta (e.g. the drafter's backbone_rotary_base for context keys).
+  explicit RopeTable(const RopeSpec& spec, float theta_override = 0.0f);
+
+  int32_t n_rot() const { return n_rot_; }
+  float attention_factor() const { return attention_factor_; }
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
+
+  // cos, sin: [n, n_rot/2] for positions pos[0..n), scaled by attention_factor (YaRN mscale).
+  void fill(const int32_t* pos, int64_t n, float* cos, float* sin) const;
+
+ private:
+  int32_t n_rot_ = 0;
+  float attention_factor_ = 1.0f;
+  std::vector<float> inv_freq_;  // [n_rot/2]
+};
+
+}  // namespace dfl

@@ -1,0 +1,76 @@
+#include "model/weights.h"
+
+#include "core/error.h"
+
+namespace dfl {
+
+WeightMatrix load_linear(const Checkpoint& ck, const std::string& name, int64_t n_out,
+                         int64_t n_in) {
+  const TensorInfo& t = ck.require(name, DTypeSet{DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3},
+                                   {n_out, n_in});
+  WeightMatrix w;
+  w.dtype = t.dtype;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.data = t.data;
+  if (t.dtype == DType::kF8E4M3) {
+    const std::string base = name.size() > 7 && name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+    const std::string sname = base + ".weight_scale_inv";
+    const int64_t gr = (n_out + 127) / 128, gc = (n_in + 127) / 128;
+    const TensorInfo& s = ck.require(sname, DTypeSet{DType::kF32}, {gr, gc});
+    w.scale = reinterpret_cast<const float*>(s.data);
+    w.scale_block_out = 128;
+    w.scale_block_in = 128;
+  }
+  return w;
+}
+
+std::vector<float> load_vector(const Checkpoint& ck, const std::string& name, int64_t n) {
+  const TensorInfo& t = ck.require(name, kFloatWeights, {n});
+  std::vector<float> out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t.dtype) {
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, t.data + 4 * i, 4);
+        out[i] = f;
+        break;
+      }
+      case DType::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        out[i] = bf16_to_f32(h);
+        break;
+      }
+      default: {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        out[i] = f16_to_f32(h);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+void rows_to_f32(const WeightMatrix& w, const int32_t* rows, int64_t n_rows, float* out) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    DFL_ASSERT(rows[r] >= 0 && rows[r] < w.n_out);
+    float* o = out + r * w.n_in;
+    switch (w.dtype) {
+      case DType::kF32:
+        std::memcpy(o, static_cast<const float*>(w.data) + rows[r] * w.n_in, w.n_in * sizeof(float));
+        break;
+      case DType::kBF16: {
+        const uint16_t* src = static_cast<const uint16_t*>(w.data) + rows[r] * w.n_in;
+        for (int64_t i = 0; i < w.n_in; ++i) o[i] = bf16_to_f32(src[i]);
+        break;
+      }
+      default:
+        for (int64_t i = 0; i < w.n_in; ++i) o[i] = ref::weight_at(w, rows[r], i);
+        break;
+    }
+  }
+}
+
+}  // namespace dfl

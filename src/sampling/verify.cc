@@ -1,0 +1,48 @@
+#include "sampling/verify.h"
+
+#include <algorithm>
+
+#include "kernels/ops.h"
+
+namespace dfl {
+
+VerifyResult verify_greedy(const int32_t* drafts, int32_t n, const float* logits, int64_t V) {
+  VerifyResult r;
+  for (int32_t j = 0; j <= n; ++j) {
+    const int32_t t = static_cast<int32_t>(ops::argmax(logits + j * V, V));
+    if (j < n && drafts[j] == t) continue;
+    r.n_accepted = j;
+    r.next_token = t;
+    break;
+  }
+  return r;
+}
+
+VerifyResult verify_rejection(const int32_t* drafts, int32_t n, const float* logits,
+                              const float* q, int64_t V, const SamplingParams& params, Rng& rng) {
+  std::vector<float> p;
+  for (int32_t j = 0; j < n; ++j) {
+    sampling_probs(logits + j * V, V, params, p);
+    const float pj = p[drafts[j]];
+    const float qj = q[j * V + drafts[j]];
+    // Accept with probability min(1, p/q): u·q < p.
+    if (qj > 0.0f && rng.uniform() * qj < pj) continue;
+    std::vector<float> residual(V);
+    double mass = 0.0;
+    for (int64_t i = 0; i < V; ++i) {
+      residual[i] = std::max(0.0f, p[i] - q[j * V + i]);
+      mass += residual[i];
+    }
+    VerifyResult r;
+    r.n_accepted = j;
+    r.next_token = mass > 0.0 ? sample_from(residual.data(), V, rng) : sample_from(p.data(), V, rng);
+    return r;
+  }
+  sampling_probs(logits + int64_t(n) * V, V, params, p);
+  VerifyResult r;
+  r.n_accepted = n;
+  r.next_token = sample_from(p.data(), V, rng);
+  return r;
+}
+
+}  // namespace dfl

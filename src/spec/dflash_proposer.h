@@ -1,0 +1,32 @@
+// DFlash proposer: one drafter forward per cycle drafts a whole block (model/dflash_draft.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/dflash_draft.h"
+#include "spec/proposer.h"
+
+namespace dfl {
+
+class DFlashProposer final : public Proposer {
+ public:
+  DFlashProposer(std::unique_ptr<DFlashDraftModel> drafter, CausalLM& target);
+
+  const std::vector<int32_t>& target_aux() const override { return drafter_->target_aux_indices(); }
+  int32_t max_draft() const override { return drafter_->dflash().block_size - 1; }
+  void reset(int32_t seq) override { drafter_->kv().clear(seq); }
+  void add_context(int32_t seq, const float* taps, int32_t n, int32_t pos0) override;
+  void propose(int32_t seq, int32_t anchor, int32_t anchor_pos, int32_t n_draft,
+               const SamplingParams& params, Rng& rng, Draft& out) override;
+
+  DFlashDraftModel& drafter() { return *drafter_; }
+
+ private:
+  std::unique_ptr<DFlashDraftModel> drafter_;
+  CausalLM& target_;
+  std::vector<int32_t> block_;
+  std::vector<float> logits_;
+};
+
+}  // namespace dfl

@@ -1,0 +1,134 @@
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/mmap.h"
+#include "model/config.h"
+#include "model/model.h"
+
+namespace dfl::cli {
+
+namespace {
+const std::vector<FlagSpec> kFlags = {
+    {"--json", "", "print one JSON object"},
+    {"--context", "N", "context length for the KV-memory figures (default 4096)"},
+    {"--block-size", "B", "speculative block size: the rollback slack of sliding rings (default 16)"},
+    {"--help", "", "show this help"},
+};
+
+nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t slack) {
+  nlohmann::ordered_json j;
+  j["architecture"] = c.architecture;
+  j["family"] = family_name(c.family);
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_layers"] = c.n_layers;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (int il = 0; il < c.n_layers; ++il) {
+    const LayerSpec& l = c.layers[il];
+    nlohmann::ordered_json e;
+    e["index"] = il;
+    e["attention"] = attn_kind_name(l.attn);
+    e["window"] = {l.window.left, l.window.right};
+    e["causal"] = l.causal;
+    e["sinks"] = l.sinks;
+    e["sliding_window"] = l.sliding_window;
+    e["num_heads"] = l.n_heads;
+    e["num_kv_heads"] = l.n_kv_heads;
+    e["head_dim"] = l.head_dim;
+    e["v_head_dim"] = l.v_head_dim;
+    e["rope_theta"] = l.rope.theta;
+    e["rotary_dims"] = l.rope.n_rot;
+    e["rope_type"] = l.rope.type;
+    e["moe"] = l.moe;
+    layers.push_back(e);
+  }
+  j["layers"] = layers;
+  if (c.dflash) {
+    const DFlashSpec& d = *c.dflash;
+    nlohmann::ordered_json dj;
+    dj["block_size"] = d.block_size;
+    dj["mask_token_id"] = d.mask_token_id;
+    dj["target_layer_ids"] = d.target_layer_ids;
+    dj["target_aux_layers"] = nlohmann::json::array();
+    for (int32_t t : d.target_layer_ids) dj["target_aux_layers"].push_back(t + 1);
+    const std::string me = c.dir + "/mask_embedding.pt";
+    dj["mask_embedding"] = file_exists(me) ? nlohmann::ordered_json(me) : nlohmann::ordered_json(nullptr);
+    dj["attention_value_scale"] = d.attention_value_scale;
+    dj["backbone_rotary_base"] = d.backbone_rotary_base ? nlohmann::ordered_json(*d.backbone_rotary_base)
+                                                        : nlohmann::ordered_json(nullptr);
+    j["dflash"] = dj;
+  } else {
+    j["dflash"] = nullptr;
+  }
+  const auto layout = kv_layout(c);
+  std::vector<KvLayerSpec> full, sliding;
+  for (const auto& l : layout) (l.window ? sliding : full).push_back(l);
+  nlohmann::ordered_json kv;
+  kv["dtype"] = "f32";
+  kv["context"] = context;
+  kv["block_slack"] = slack;
+  kv["bytes_per_sequence"] = kv_bytes_per_sequence(layout, context, slack);
+  kv["full_layers_bytes_per_token"] = kv_bytes_per_sequence(full, 1, slack);
+  kv["sliding_layers_fixed_bytes"] = kv_bytes_per_sequence(sliding, 1ll << 40, slack);
+  j["kv_cache"] = kv;
+  return j;
+}
+}  // namespace
+
+int cmd_inspect(int argc, char** argv) {
+  Args args(kFlags, argc, argv, 2);
+  if (args.has("--help")) {
+    std::cout << usage("dflash inspect DIR [--json] [--context N]", kFlags);
+    return 0;
+  }
+  DFL_CHECK(args.positional().size() == 1, "inspect takes exactly one model folder");
+  const int64_t context = args.integer("--context", 4096);
+  DFL_CHECK(context > 0, "--context must be positive");
+  const int64_t slack = args.integer("--block-size", 16);
+  DFL_CHECK(slack > 0 && slack <= 256, "--block-size must be in [1, 256]");
+  const ModelConfig c = load_model_config(args.positional()[0]);
+  const auto j = describe(c, context, static_cast<int32_t>(slack));
+  if (args.has("--json")) {
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::cout << c.architecture << " (" << family_name(c.family) << "): hidden " << c.hidden_size
+            << ", " << c.n_layers << " layers, vocab " << c.vocab_size << ", intermediate "
+            << c.intermediate_size << (c.tie_word_embeddings ? ", tied embeddings" : "") << "\n";
+  if (c.dflash) {
+    const auto& d = j["dflash"];
+    std::cout << "DFlash drafter: block_size " << d["block_size"] << ", mask_token_id "
+              << d["mask_token_id"] << ", target_layer_ids " << d["target_layer_ids"].dump()
+              << " (aux " << d["target_aux_layers"].dump() << "), mask_embedding "
+              << d["mask_embedding"].dump() << "\n";
+  }
+  std::cout << "\nlayer  attention  window        causal  sinks  heads/kv  head_dim/v  rope_theta  rot\n";
+  for (const auto& l : j["layers"]) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%5d  %-9s  (%5d,%5d)  %-6s  %-5s  %3d/%-4d  %4d/%-5d  %10.0f  %3d\n",
+                  l["index"].get<int>(), l["attention"].get<std::string>().c_str(),
+                  l["window"][0].get<int>(), l["window"][1].get<int>(),
+                  l["causal"].get<bool>() ? "yes" : "no", l["sinks"].get<bool>() ? "yes" : "no",
+                  l["num_heads"].get<int>(), l["num_kv_heads"].get<int>(), l["head_dim"].get<int>(),
+                  l["v_head_dim"].get<int>(), l["rope_theta"].get<double>(), l["rotary_dims"].get<int>());
+    std::cout << buf;
+  }
+  const auto& kv = j["kv_cache"];
+  std::cout << "\nKV cache (" << kv["dtype"].get<std::string>() << ") at context " << context
+            << ": " << kv["bytes_per_sequence"] << " bytes per sequence ("
+            << kv["full_layers_bytes_per_token"] << " B/token in full layers + "
+            << kv["sliding_layers_fixed_bytes"] << " B fixed in sliding rings)\n";
+  return 0;
+}
+
+}  // namespace dfl::cli
