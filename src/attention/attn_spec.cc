@@ -42,7 +42,7 @@ ResolvedAttn resolve_draft_layer_attention(const DraftAttnConfig& c, int il, int
     std::optional<int32_t> w = c.swa_window_size ? c.swa_window_size : c.sliding_window;
     DFL_CHECK(w.has_value(), "config: layer ", il,
               " is sliding but neither dflash_config.swa_window_size nor sliding_window is set");
-    DFL_CHECK(*w > 0, "config: sliding window size must be positive, got ", *w);
+    DFL_CHECK(*w > 0 && *w <= (1 << 24), "config: sliding window size must be in [1, 2^24], got ", *w);
     r.kind = AttnKind::kSliding;
     r.sliding_window = *w;
   }

@@ -2,6 +2,7 @@
 // one-line error naming the key, never a crash (this parser is fuzzed: fuzz/fuzz_config.cc).
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -229,8 +230,13 @@ void parse_dflash(const json& root, ModelConfig& c) {
   static const json kEmpty = json::object();
   const json& dcfg = dc ? *dc : kEmpty;
   a.use_swa = opt_bool(dcfg, "use_swa").value_or(false);
-  if (auto w = opt_int(dcfg, "swa_window_size")) a.swa_window_size = static_cast<int32_t>(*w);
-  if (auto w = opt_int(root, "sliding_window")) a.sliding_window = static_cast<int32_t>(*w);
+  // Clamp before narrowing so an absurd value is reported, not wrapped.
+  auto window_key = [](std::optional<int64_t> w) -> std::optional<int32_t> {
+    if (!w) return std::nullopt;
+    return static_cast<int32_t>(std::clamp<int64_t>(*w, -1, int64_t(1) << 30));
+  };
+  a.swa_window_size = window_key(opt_int(dcfg, "swa_window_size"));
+  a.sliding_window = window_key(opt_int(root, "sliding_window"));
   a.is_causal = opt_bool(root, "is_causal");
   a.dflash_causal = opt_bool(dcfg, "causal");
   bool sinks = false;
