@@ -3,7 +3,9 @@
 #include <utf8proc.h>
 
 #include <algorithm>
-#include <set>
+#include <cstdint>
+
+#include "core/error.h"
 
 #include "tokenizer/normalizer.h"
 #include "tokenizer/utf8.h"
@@ -130,25 +132,65 @@ size_t AddedVocab::Trie::longest_at(std::string_view text, size_t pos, int32_t& 
   return best;
 }
 
-void AddedVocab::build(const std::vector<AddedToken>& tokens, const Normalizer& normalizer) {
-  std::set<std::pair<std::string, bool>> seen;
-  // HF lists special tokens before the others when it builds its matchers.
-  for (int pass = 0; pass < 2; ++pass) {
-    for (const AddedToken& t : tokens) {
-      if (t.content.empty() || t.special != (pass == 0)) continue;
-      by_content_[t.content] = t.id;
-      by_id_[t.id] = t;
-      max_id_ = std::max(max_id_, t.id);
-      if (t.special) special_contents_.insert(t.content);
-      if (!seen.insert({t.content, t.normalized}).second) continue;
-      if (t.normalized) {
-        const std::string key = normalizer.apply(t.content);
-        if (!key.empty()) tries_[1].insert(key, t.id);
-      } else {
-        tries_[0].insert(t.content, t.id);
+void AddedVocab::build(const std::vector<AddedToken>& tokens, const Normalizer& normalizer,
+                       bool has_normalizer, const Bpe& model) {
+  const auto model_size = static_cast<int64_t>(model.vocab_count());
+  for (const AddedToken& file_token : tokens) {
+    if (file_token.content.empty()) continue;
+    if (auto it = by_content_.find(file_token.content); it != by_content_.end()) {
+      const AddedToken* old = find(it->second);
+      if (old && old->single_word == file_token.single_word && old->lstrip == file_token.lstrip &&
+          old->rstrip == file_token.rstrip && old->normalized == file_token.normalized &&
+          old->special == file_token.special && old->content == file_token.content) {
+        continue;  // exact repeat
       }
     }
+    int32_t id = token_to_id(file_token.content);
+    if (id < 0) id = model.token_to_id(file_token.content);
+    if (id < 0) {
+      const int64_t next = max_id_ < 0 ? model_size
+                           : (max_id_ >= model_size || model_size == 0) ? int64_t{max_id_} + 1
+                                                                        : model_size;
+      DFL_CHECK(next < INT32_MAX, "tokenizer.json: too many added tokens");
+      id = static_cast<int32_t>(next);
+    }
+    AddedToken t = file_token;
+    t.id = id;
+    if (t.normalized && has_normalizer) {
+      std::string norm = normalizer.apply(t.content);
+      if (norm != t.content) {
+        normalized_form_[id] = std::move(norm);
+      } else {
+        normalized_form_.erase(id);
+      }
+    }
+    by_content_[t.content] = id;
+    if (t.special) special_contents_.insert(t.content);
+    max_id_ = std::max(max_id_, id);
+    by_id_[id] = std::move(t);
   }
+  // Matchers over the final id -> token table, in id order so duplicates resolve the same way
+  // on every run (HF iterates a hash map here; duplicate patterns do not occur in real files).
+  std::vector<int32_t> ids;
+  ids.reserve(by_id_.size());
+  for (const auto& [id, t] : by_id_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (int32_t id : ids) {
+    const AddedToken& t = by_id_[id];
+    if (t.normalized) {
+      const std::string* p = decode_piece(id);
+      if (!p->empty()) tries_[1].insert(*p, id);
+    } else {
+      tries_[0].insert(t.content, id);
+    }
+  }
+}
+
+const std::string* AddedVocab::decode_piece(int32_t id) const {
+  auto n = normalized_form_.find(id);
+  if (n != normalized_form_.end()) return &n->second;
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &it->second.content;
 }
 
 int32_t AddedVocab::token_to_id(std::string_view content) const {

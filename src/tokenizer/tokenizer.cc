@@ -46,7 +46,7 @@ const json& member_or_null(const json& root, const char* key) {
   return it == root.end() ? kNull : *it;
 }
 
-std::vector<tok::AddedToken> parse_added_tokens(const json& root, const tok::Bpe& model) {
+std::vector<tok::AddedToken> parse_added_tokens(const json& root) {
   std::vector<tok::AddedToken> out;
   const json& list = member_or_null(root, "added_tokens");
   if (list.is_null()) return out;
@@ -63,9 +63,7 @@ std::vector<tok::AddedToken> parse_added_tokens(const json& root, const tok::Bpe
               "' needs a non-negative integer \"id\"");
     tok::AddedToken a;
     a.content = content->get<std::string>();
-    // HF gives a token that is already in the model vocab the model's id.
-    const int32_t model_id = model.token_to_id(a.content);
-    a.id = model_id >= 0 ? model_id : static_cast<int32_t>(id->get<int64_t>());
+    a.id = static_cast<int32_t>(id->get<int64_t>());  // informative only: HF assigns ids itself
     a.single_word = flag(t, "single_word", false);
     a.lstrip = flag(t, "lstrip", false);
     a.rstrip = flag(t, "rstrip", false);
@@ -98,7 +96,8 @@ std::shared_ptr<const Tokenizer::Impl> build(const json& root, tok::BpeSource bp
   impl->pre_tokenizer = tok::PreTokenizer::from_json(member_or_null(root, "pre_tokenizer"));
   impl->decoder = tok::Decoder::from_json(member_or_null(root, "decoder"));
   impl->post_processor = tok::PostProcessor::from_json(member_or_null(root, "post_processor"));
-  impl->added.build(parse_added_tokens(root, *impl->model), impl->normalizer);
+  impl->added.build(parse_added_tokens(root), impl->normalizer,
+                    !member_or_null(root, "normalizer").is_null(), *impl->model);
   impl->vocab_size = std::max(impl->model->max_id(), impl->added.max_id()) + 1;
   return impl;
 }
@@ -177,8 +176,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
     std::string_view piece;
-    if (const tok::AddedToken* a = impl_->added.find(id)) {
-      piece = a->content;
+    if (const std::string* a = impl_->added.decode_piece(id)) {
+      piece = *a;
     } else if (!impl_->model->id_to_token(id, piece)) {
       continue;
     }
@@ -189,7 +188,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 }
 
 std::string Tokenizer::id_to_piece(int32_t id) const {
-  if (const tok::AddedToken* a = impl_->added.find(id)) return a->content;
+  if (const std::string* a = impl_->added.decode_piece(id)) return *a;
   std::string_view p;
   return impl_->model->id_to_token(id, p) ? std::string(p) : std::string();
 }
