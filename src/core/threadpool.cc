@@ -4,6 +4,14 @@
 
 namespace dfl {
 
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -11,34 +19,34 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-    ++generation_;
-  }
-  cv_.notify_all();
+  stop_.store(true, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  generation_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
 void ThreadPool::worker_loop(int tid) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* job = nullptr;
-    // Spin briefly before sleeping: ops come back to back during a forward pass.
-    for (int spin = 0; spin < 20000; ++spin) {
-      if (__atomic_load_n(&generation_, __ATOMIC_ACQUIRE) != seen) break;
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
+    uint32_t g = generation_.load(std::memory_order_acquire);
+    if (g == seen) {
+      const int spin = spin_.load(std::memory_order_relaxed);
+      for (int i = 0; i < spin && g == seen; ++i) {
+        cpu_relax();
+        g = generation_.load(std::memory_order_acquire);
+      }
+      while (g == seen) {
+        // Dekker pairing with run_on_all: either it sees sleepers_ > 0 and notifies, or our
+        // wait() sees the new generation and returns at once (both sides are seq_cst).
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        generation_.wait(seen, std::memory_order_seq_cst);
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        g = generation_.load(std::memory_order_acquire);
+      }
     }
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return generation_ != seen; });
-      seen = generation_;
-      if (stop_) return;
-      job = job_;
-    }
-    (*job)(tid);
+    seen = g;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    (*job_)(tid);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -48,18 +56,14 @@ void ThreadPool::run_on_all(const std::function<void(int tid)>& fn) {
     fn(0);
     return;
   }
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    job_ = &fn;
-    __atomic_add_fetch(&generation_, 1, __ATOMIC_RELEASE);
-  }
-  cv_.notify_all();
+  job_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_ and pending_
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
   fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+    cpu_relax();
+    if (i > (1 << 16)) std::this_thread::yield();  // a worker was descheduled (oversubscribed)
   }
 }
 

@@ -1,0 +1,36 @@
+// CPU feature detection (CPUID + XGETBV) and the ISA level the kernels dispatch on.
+//
+// The binary targets baseline x86-64; SIMD kernels live in files compiled with per-file ISA
+// flags (cmake/isa.cmake) and are only called when cpu_isa() says the machine runs them.
+// cpu_isa() can be lowered (never raised above what the CPU has) with the environment variable
+// DFL_ISA=scalar|avx2|avx512 or set_cpu_isa_limit() — tests use that to check every path on one
+// machine.
+#pragma once
+
+namespace dfl {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
+  bool avx512bf16 = false, avx512vnni = false, avx512fp16 = false;
+  bool avx_vnni = false, amx_bf16 = false, amx_int8 = false;
+  bool os_avx = false, os_avx512 = false;  // XCR0 enables the register state
+};
+
+enum class IsaLevel : int {
+  kScalar = 0,  // portable C++ (kernels/ops.cc)
+  kAvx2 = 1,    // AVX2 + FMA + F16C
+  kAvx512 = 2,  // AVX-512 F/BW/DQ/VL + BF16 + VNNI (Zen 4/5, Sapphire Rapids and later)
+};
+
+// Detected once, cached.
+const CpuFeatures& cpu_features();
+// The best level the CPU supports.
+IsaLevel cpu_isa_max();
+// The level kernels use now: min(cpu_isa_max(), DFL_ISA env, set_cpu_isa_limit()).
+IsaLevel cpu_isa();
+// Caps cpu_isa() (tests, benchmarks). Not thread-safe against running kernels.
+void set_cpu_isa_limit(IsaLevel level);
+const char* isa_name(IsaLevel level);
+
+}  // namespace dfl
