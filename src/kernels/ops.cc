@@ -7,11 +7,21 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace dfl::ops {
 
 namespace {
+
+// Per-thread scratch that only grows (the engine calls ops from one thread; no allocation once
+// the largest shape has been seen).
+template <typename T>
+T* scratch(std::vector<T>& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
 
 // One dot product of an fp32 activation row with weight row `n`, accumulated in 8 fp32 lanes
 // then reduced pairwise: fixed order, independent of how many rows are processed.
@@ -43,7 +53,8 @@ float dot_row(const float* x, const WeightMatrix& w, int64_t n) {
 
 }  // namespace
 
-void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool) {
+static void matmul_portable(const float* x, int64_t n_rows, const WeightMatrix& w, float* y,
+                     ThreadPool& pool) {
   pool.parallel_for(
       w.n_out,
       [&](int64_t n0, int64_t n1, int) {
@@ -56,7 +67,36 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
       16);
 }
 
-void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y) {
+void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  if (n_rows <= 0 || w.n_out <= 0) return;
+  if (w.n_in <= 0) {
+    for (int64_t i = 0; i < n_rows * w.n_out; ++i) y[i] = 0.0f;
+    return;
+  }
+  const IsaLevel isa = cpu_isa();
+  if (w.packed_format == kPackedQ8) {
+    matmul_q8(x, n_rows, w, y, pool, isa);
+    return;
+  }
+  DFL_ASSERT(w.packed_format == kPackedNone);
+  const bool fp32w = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
+                     w.dtype == DType::kF8E4M3;
+  if (isa == IsaLevel::kAvx512 && w.dtype == DType::kBF16) {
+    thread_local std::vector<uint16_t> xb;
+    const int64_t Kp = (w.n_in + 31) / 32 * 32;
+    cpu::avx512::matmul_bf16(x, n_rows, w, y, pool, scratch(xb, n_rows * Kp));
+  } else if (isa == IsaLevel::kAvx512 && fp32w) {
+    cpu::avx512::matmul_fp32w(x, n_rows, w, y, pool);
+  } else if (isa == IsaLevel::kAvx2 && (fp32w || w.dtype == DType::kBF16)) {
+    thread_local std::vector<float> xp;
+    const int64_t Kp = (w.n_in + 7) / 8 * 8;
+    cpu::avx2::matmul_fp32w(x, n_rows, w, y, pool, scratch(xp, n_rows * Kp));
+  } else {
+    matmul_portable(x, n_rows, w, y, pool);
+  }
+}
+
+static void rms_norm_portable(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
@@ -67,23 +107,33 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float
   }
 }
 
-void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+static void add_rms_norm_portable(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
+                  float eps, float* y) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* rr = res + r * dim;
+    const float* xr = x + r * dim;
+    for (int64_t i = 0; i < dim; ++i) rr[i] += xr[i];
+  }
+  rms_norm_portable(res, w, n_rows, dim, eps, y);
+}
+
+static void silu_mul_portable(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
 }
 
-void add_inplace(float* y, const float* x, int64_t n) {
+static void add_inplace_portable(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
+static void rope_neox_portable(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin) {
   ref::rope_neox(x, n_rows, row_stride, n_heads, head_dim, n_rot, cos, sin);
 }
 
-void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
+static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
                ThreadPool& pool) {
   const int32_t group = p.n_heads / p.n_kv_heads;
@@ -121,6 +171,52 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
       for (int32_t d = 0; d < p.d_v; ++d) o[d] = acc[d] * inv;
     }
   });
+}
+
+// ---- dispatch ---------------------------------------------------------------------------------
+
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y) {
+  if (cpu_isa() == IsaLevel::kAvx512) return cpu::avx512::rms_norm(x, w, n_rows, dim, eps, y);
+  rms_norm_portable(x, w, n_rows, dim, eps, y);
+}
+
+void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
+                  float eps, float* y) {
+  if (cpu_isa() == IsaLevel::kAvx512)
+    return cpu::avx512::add_rms_norm(res, x, w, n_rows, dim, eps, y);
+  add_rms_norm_portable(res, x, w, n_rows, dim, eps, y);
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  if (cpu_isa() == IsaLevel::kAvx512) return cpu::avx512::silu_mul(gate, up, n, out);
+  silu_mul_portable(gate, up, n, out);
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  if (cpu_isa() == IsaLevel::kAvx512) return cpu::avx512::add_inplace(y, x, n);
+  add_inplace_portable(y, x, n);
+}
+
+void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
+               int64_t n_rot, const float* cos, const float* sin) {
+  if (cpu_isa() == IsaLevel::kAvx512)
+    return cpu::avx512::rope_neox(x, n_rows, row_stride, n_heads, head_dim, n_rot, cos, sin);
+  rope_neox_portable(x, n_rows, row_stride, n_heads, head_dim, n_rot, cos, sin);
+}
+
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
+               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
+               ThreadPool& pool) {
+  DFL_ASSERT(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0);
+  if (n_q <= 0) return;
+  if (cpu_isa() == IsaLevel::kAvx512) {
+    thread_local std::vector<float> buf;
+    const int64_t per = cpu::avx512::attention_scratch_floats(p);
+    cpu::avx512::attention(q, q_pos, n_q, k, v, k_pos, n_kv, p, out, pool,
+                           scratch(buf, static_cast<size_t>(per * pool.n_threads())));
+    return;
+  }
+  attention_portable(q, q_pos, n_q, k, v, k_pos, n_kv, p, out, pool);
 }
 
 int64_t argmax(const float* x, int64_t n) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/threadpool.h"
@@ -29,8 +30,35 @@ struct WeightMatrix {
   int64_t scale_block_out = 128;
   int64_t scale_block_in = 128;
   const void* packed = nullptr;   // optional repacked copy owned elsewhere
-  int32_t packed_format = 0;      // 0 = none; meaning defined by kernels/cpu
+  int32_t packed_format = 0;      // 0 = none; see PackedFormat
 };
+
+// Layouts a WeightMatrix can carry besides its plain dtype.
+//   kPackedQ8: int8 weights made at load time by quantize_q8(). dtype = kI8 (marker), and
+//     data:  uint8 [n_out, n_blocks * kQ8Block], stored value u = q + 128 with q in [-127, 127]
+//            (K zero-padded up to whole blocks: u = 128), n_blocks = ceil(n_in / kQ8Block)
+//     scale: fp32 [n_out, n_blocks], weight ≈ (u - 128) * scale;  scale_block_in = kQ8Block,
+//            scale_block_out = 1
+//   The matmul quantizes each activation row per block of kQ8Block to int8 (absmax / 127) and
+//   computes the integer block dot products exactly (AVX-512 VNNI vpdpbusd), then sums
+//   block_dot * x_scale * w_scale in fp32. About 1.06 bytes per weight (bf16: 2).
+enum PackedFormat : int32_t { kPackedNone = 0, kPackedQ8 = 1 };
+constexpr int64_t kQ8Block = 64;
+
+// Owning Q8 weight (the engine keeps it alive as long as the WeightMatrix from matrix() is used;
+// moving it keeps the pointers valid).
+struct QuantizedQ8 {
+  int64_t n_out = 0, n_in = 0, n_blocks = 0;
+  std::vector<uint8_t> q;  // [n_out, n_blocks * kQ8Block]
+  std::vector<float> d;    // [n_out, n_blocks]
+  WeightMatrix matrix() const;
+  size_t bytes() const { return q.size() + d.size() * sizeof(float); }
+};
+
+// Quantizes any supported weight (F32, BF16, F16, F8_E4M3 + scales) to Q8: per output row, per
+// block of kQ8Block inputs, scale = absmax / 127, q = round-to-nearest-even(w / scale).
+// Deterministic; `pool` (optional) only parallelizes.
+QuantizedQ8 quantize_q8(const WeightMatrix& src, ThreadPool* pool = nullptr);
 
 struct AttnParams {
   int32_t n_heads = 0;
@@ -45,11 +73,21 @@ struct AttnParams {
 namespace ops {
 
 // y[m, :] = x[m, :] · Wᵀ for m < n_rows.     x: [n_rows, n_in]   y: [n_rows, n_out]
+// Weights: F32 / F16 / F8_E4M3 (+ block scales): fp32 math. BF16: on AVX-512 the activations
+// are rounded to bf16 (RNE) and multiplied with vdpbf16ps (fp32 accumulation); elsewhere fp32
+// math. Q8 (packed_format kPackedQ8): see above. Each weight is read once for all n_rows rows.
+// Batch invariant: row m's result is bit-identical for any n_rows and thread count (on one ISA
+// level; cpu_isa() picks the level once per process).
 void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool);
 
 // y[m, :] = x[m, :] / sqrt(mean(x[m, :]²) + eps) ⊙ w     x, y: [n_rows, dim]   w: [dim] fp32
 // (in place allowed: y == x)
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
+
+// Fused residual add + RMSNorm (one pass saved):  res[m, :] += x[m, :];  y[m, :] = rms_norm(res)
+// res, x, y: [n_rows, dim]  (y may alias x, not res)
+void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
+                  float eps, float* y);
 
 // out[i] = silu(gate[i]) * up[i], i < n.    (out may alias gate)
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);

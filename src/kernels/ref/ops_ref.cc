@@ -9,6 +9,11 @@
 namespace dfl::ref {
 
 float weight_at(const WeightMatrix& w, int64_t row, int64_t col) {
+  if (w.packed_format == kPackedQ8) {
+    const int64_t nb = (w.n_in + kQ8Block - 1) / kQ8Block;
+    const int u = static_cast<const uint8_t*>(w.data)[row * nb * kQ8Block + col];
+    return static_cast<float>(u - 128) * w.scale[row * nb + col / kQ8Block];
+  }
   const int64_t i = row * w.n_in + col;
   switch (w.dtype) {
     case DType::kF32:

@@ -1,0 +1,62 @@
+// Internal: per-ISA kernel entry points behind ops.h. ops.cc picks one by cpu_isa().
+//
+// Rules for the ISA files (compiled with -mavx512* / -mavx2 via cmake/isa.cmake): everything
+// they define lives in an anonymous namespace except the entry points below, and they use no
+// inline functions or templates shared with baseline code (no std::vector, std::min, dtype.h
+// helpers...). Otherwise the linker may keep an AVX-512 copy of a shared inline function and
+// the binary would crash on an AVX2 machine. Scratch memory comes from the caller.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu_features.h"
+#include "core/threadpool.h"
+#include "kernels/ops.h"
+
+namespace dfl::cpu {
+
+// Activations quantized for the Q8 kernels (see ops.h Q8 format): per row, per block of
+// kQ8Block: int8 values, fp32 scale, and the offset correction c = -8 * sum(xq) (the weights
+// are stored as u8 = q + 128; vpdpbusd's 16 lanes each add c, i.e. -128 * sum(xq) in all).
+struct Q8Act {
+  const int8_t* q = nullptr;  // [n_rows, n_blocks * kQ8Block]
+  const float* d = nullptr;   // [n_rows, n_blocks]
+  const int32_t* c = nullptr; // [n_rows, n_blocks]
+  int64_t n_blocks = 0;
+};
+
+namespace avx512 {
+// x: [M, K] fp32; xb: scratch for M * round_up(K, 32) bf16.
+void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                 uint16_t* xb);
+// F32, F16 and F8_E4M3 (+ block scales) weights, dequantized to fp32 in registers.
+void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, int32_t* c);
+// scratch: pool.n_threads() * attention_scratch_floats(p) floats.
+int64_t attention_scratch_floats(const AttnParams& p);
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
+               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
+               ThreadPool& pool, float* scratch);
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
+void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
+                  float eps, float* y);
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+void add_inplace(float* y, const float* x, int64_t n);
+void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
+               int64_t n_rot, const float* cos, const float* sin);
+}  // namespace avx512
+
+namespace avx2 {
+// x: [M, K] fp32; xp: scratch for M * round_up(K, 8) fp32 (zero-padded copy of x).
+void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                  float* xp);
+}  // namespace avx2
+
+}  // namespace dfl::cpu
+
+namespace dfl::ops {
+// Q8 matmul (kernels/q8.cc): quantizes the activations, then runs the kernel of `isa`.
+void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
+               IsaLevel isa);
+}  // namespace dfl::ops

@@ -1,0 +1,135 @@
+// AVX2 + FMA + F16C weight-streaming matmul for machines without AVX-512: every weight dtype
+// (F32, BF16, F16, F8_E4M3 + block scales) is widened to fp32 in registers and multiplied with
+// fp32 activations. Same tiling and batch-invariance argument as matmul_avx512.cc: 4 weight
+// rows per tile, MR ≤ 3 activation rows per micro-kernel, one accumulator per output, one
+// reduce4() tree for every output. K tails: x is a zero-padded copy; the weight tail is copied
+// into a zero-padded stack buffer.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dfl::cpu::avx2 {
+
+namespace {
+
+constexpr int kNR = 4;
+constexpr int kMR = 3;  // 12 accumulators + 4 weights ≤ 16 ymm
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+  __m256 h = _mm256_hadd_ps(ab, cd);
+  h = _mm256_hadd_ps(h, h);
+  return _mm_unpacklo_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// 8 weights as fp32 from a pointer to 8 elements of dtype `dt` (F8: scaled by 2^-8).
+inline __m256 load_w8(const void* p, DType dt) {
+  switch (dt) {
+    case DType::kF32:
+      return _mm256_loadu_ps(static_cast<const float*>(p));
+    case DType::kBF16: {
+      const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case DType::kF16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+    default: {  // F8_E4M3
+      const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
+      const __m128i sign = _mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x80)), 8);
+      const __m128i mag = _mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x7f)), 7);
+      return _mm256_cvtph_ps(_mm_or_si128(sign, mag));
+    }
+  }
+}
+
+template <int MR>
+void tile(const float* xp, int64_t ldx, const WeightMatrix& w, int64_t esz, int64_t n0,
+          int64_t n_valid, float* y, int64_t ldy) {
+  const int64_t K = w.n_in;
+  const bool f8 = w.dtype == DType::kF8E4M3;
+  const char* wr[kNR];
+  const float* srow[kNR] = {nullptr, nullptr, nullptr, nullptr};
+  const int64_t grid_cols = f8 ? (K + w.scale_block_in - 1) / w.scale_block_in : 0;
+  for (int j = 0; j < kNR; ++j) {
+    const int64_t n = n0 + imin(j, n_valid - 1);
+    wr[j] = static_cast<const char*>(w.data) + n * K * esz;
+    if (f8 && w.scale) srow[j] = w.scale + (n / w.scale_block_out) * grid_cols;
+  }
+  __m256 acc[MR][kNR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < kNR; ++j) acc[i][j] = _mm256_setzero_ps();
+  const int64_t kb_step = f8 ? w.scale_block_in : K;
+  alignas(32) unsigned char tail[kNR][32];
+  for (int64_t kb = 0; kb < K; kb += kb_step) {
+    const int64_t ke = imin(K, kb + kb_step);
+    __m256 sc[kNR];
+    if (f8)
+      for (int j = 0; j < kNR; ++j)
+        sc[j] = _mm256_set1_ps((srow[j] ? srow[j][kb / kb_step] : 1.0f) * 256.0f);
+    for (int64_t k = kb; k < ke; k += 8) {
+      __m256 wv[kNR];
+      if (k + 8 <= ke) {
+        for (int j = 0; j < kNR; ++j) wv[j] = load_w8(wr[j] + k * esz, w.dtype);
+      } else {
+        for (int j = 0; j < kNR; ++j) {
+          std::memset(tail[j], 0, sizeof(tail[j]));
+          std::memcpy(tail[j], wr[j] + k * esz, (ke - k) * esz);
+          wv[j] = load_w8(tail[j], w.dtype);
+        }
+      }
+      if (f8)
+        for (int j = 0; j < kNR; ++j) wv[j] = _mm256_mul_ps(wv[j], sc[j]);
+      // x beyond ke inside this 8-chunk is either the next scale block or zero padding: mask it.
+      const int64_t valid = imin(8, ke - k);
+      const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+      const __m256 xm = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), lanes));
+      for (int i = 0; i < MR; ++i) {
+        const __m256 xv = _mm256_and_ps(_mm256_loadu_ps(xp + i * ldx + k), xm);
+        for (int j = 0; j < kNR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    alignas(16) float r[4];
+    _mm_store_ps(r, reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+    for (int j = 0; j < n_valid; ++j) y[i * ldy + j] = r[j];
+  }
+}
+
+}  // namespace
+
+void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                  float* xp) {
+  const int64_t N = w.n_out, K = w.n_in;
+  const int64_t Kp = (K + 7) / 8 * 8;
+  for (int64_t m = 0; m < M; ++m) {
+    std::memcpy(xp + m * Kp, x + m * K, K * sizeof(float));
+    for (int64_t k = K; k < Kp; ++k) xp[m * Kp + k] = 0.0f;
+  }
+  const int64_t esz = w.dtype == DType::kF32 ? 4 : w.dtype == DType::kF8E4M3 ? 1 : 2;
+  const int64_t n_tiles = (N + kNR - 1) / kNR;
+  pool.parallel_for(
+      n_tiles,
+      [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t n0 = t * kNR, nv = imin(kNR, N - n0);
+          for (int64_t m0 = 0; m0 < M; m0 += kMR) {
+            const float* xr = xp + m0 * Kp;
+            float* yr = y + m0 * N + n0;
+            switch (imin(kMR, M - m0)) {
+              case 1: tile<1>(xr, Kp, w, esz, n0, nv, yr, N); break;
+              case 2: tile<2>(xr, Kp, w, esz, n0, nv, yr, N); break;
+              default: tile<3>(xr, Kp, w, esz, n0, nv, yr, N); break;
+            }
+          }
+        }
+      },
+      8);
+}
+
+}  // namespace dfl::cpu::avx2

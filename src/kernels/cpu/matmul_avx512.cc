@@ -1,0 +1,235 @@
+// AVX-512 weight-streaming matmul, y[M, N] = x[M, K] · W[N, K]ᵀ, for small M (1..64+).
+//
+// Tiling: the N outputs are cut into tiles of kNR = 4 weight rows (a fixed grid from n = 0);
+// threads take contiguous runs of tiles. For one tile, row blocks of up to kMR activation rows
+// are run one after the other: the first block streams the 4 weight rows from memory, the
+// others find them in L1/L2, so each weight is read from DRAM once for all M rows.
+// Micro-kernel: MR × 4 accumulators (one zmm per output), each walks K in the same order; the
+// 16 lanes of an accumulator are reduced by reduce4(), whose addition tree is the same for all
+// four lanes of its result. So output (m, n) is the same sequence of operations whatever M, the
+// row block it fell in, its position in the block, or the thread count: batch invariant.
+// Tails: K by masked loads (zeros add nothing), N by duplicating the last weight row and masked
+// stores, M by instantiating the micro-kernel for MR = 1..kMR (same per-output arithmetic).
+#include <immintrin.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dfl::cpu::avx512 {
+
+namespace {
+
+constexpr int kNR = 4;
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Four 16-lane accumulators → [Σa, Σb, Σc, Σd]; identical addition tree for each.
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  auto half = [](__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  };
+  const __m256 a8 = half(a), b8 = half(b), c8 = half(c), d8 = half(d);
+  const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a8, b8, 0x20),
+                                  _mm256_permute2f128_ps(a8, b8, 0x31));  // [a 4 | b 4]
+  const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c8, d8, 0x20),
+                                  _mm256_permute2f128_ps(c8, d8, 0x31));  // [c 4 | d 4]
+  __m256 h = _mm256_hadd_ps(ab, cd);  // [a01 a23 c01 c23 | b01 b23 d01 d23]
+  h = _mm256_hadd_ps(h, h);           // [a c a c | b d b d]
+  return _mm_unpacklo_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));  // [a b c d]
+}
+
+inline __mmask8 store_mask(int64_t n_valid) { return static_cast<__mmask8>((1u << n_valid) - 1); }
+
+// ---------------------------------------------------------------------------------------------
+// BF16 weights: vdpbf16ps on bf16 activations (converted once per call, rows padded to 32).
+
+template <int MR>
+void tile_bf16(const uint16_t* xb, int64_t ldx, const uint16_t* w0, int64_t K, int64_t n_valid,
+               float* y, int64_t ldy) {
+  const uint16_t* wr[kNR];
+  for (int j = 0; j < kNR; ++j) wr[j] = w0 + imin(j, n_valid - 1) * K;
+  __m512 acc[MR][kNR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m512bh wv[kNR];
+    for (int j = 0; j < kNR; ++j) wv[j] = (__m512bh)_mm512_loadu_si512(wr[j] + k);
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + i * ldx + k);
+      for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+    }
+  }
+  if (k < K) {
+    const __mmask32 km = static_cast<__mmask32>((1ull << (K - k)) - 1);
+    __m512bh wv[kNR];
+    for (int j = 0; j < kNR; ++j) wv[j] = (__m512bh)_mm512_maskz_loadu_epi16(km, wr[j] + k);
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + i * ldx + k);  // zero-padded
+      for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+    }
+  }
+  const __mmask8 sm = store_mask(n_valid);
+  for (int i = 0; i < MR; ++i)
+    _mm_mask_storeu_ps(y + i * ldy, sm, reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+}
+
+constexpr int kMRbf16 = 6;  // 24 accumulators + 4 weight vectors + 1 activation ≤ 32 zmm
+
+// ---------------------------------------------------------------------------------------------
+// F32 / F16 / F8_E4M3 weights: dequantized to fp32 in registers, fp32 FMA with fp32 x.
+
+enum class WKind { kF32, kF16, kF8 };
+
+// 16 weights at p[k..k+16) (masked: lanes ≥ popcount(m) are 0), as fp32. F8 values come out
+// scaled by 2^-8 (e4m3 bits placed in an fp16: subnormals stay exact); the caller folds 256 into
+// the block scale.
+template <WKind W>
+inline __m512 load_w16(const void* p, int64_t k, __mmask16 m, bool masked) {
+  if constexpr (W == WKind::kF32) {
+    const float* f = static_cast<const float*>(p) + k;
+    return masked ? _mm512_maskz_loadu_ps(m, f) : _mm512_loadu_ps(f);
+  } else if constexpr (W == WKind::kF16) {
+    const uint16_t* h = static_cast<const uint16_t*>(p) + k;
+    const __m256i v = masked ? _mm256_maskz_loadu_epi16(m, h)
+                             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
+    return _mm512_cvtph_ps(v);
+  } else {
+    const uint8_t* b = static_cast<const uint8_t*>(p) + k;
+    const __m128i v8 = masked ? _mm_maskz_loadu_epi8(m, b)
+                              : _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    const __m256i v = _mm256_cvtepu8_epi16(v8);
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8);
+    const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x7f)), 7);
+    return _mm512_cvtph_ps(_mm256_or_si256(sign, mag));
+  }
+}
+
+template <WKind W, int MR>
+void tile_fp32w(const float* x, int64_t ldx, const WeightMatrix& w, int64_t n0, int64_t n_valid,
+                float* y, int64_t ldy) {
+  const int64_t K = w.n_in;
+  const int64_t esz = W == WKind::kF32 ? 4 : W == WKind::kF16 ? 2 : 1;
+  const char* base = static_cast<const char*>(w.data);
+  const void* wr[kNR];
+  const float* srow[kNR] = {nullptr, nullptr, nullptr, nullptr};
+  const int64_t grid_cols = W == WKind::kF8 ? (K + w.scale_block_in - 1) / w.scale_block_in : 0;
+  for (int j = 0; j < kNR; ++j) {
+    const int64_t n = n0 + imin(j, n_valid - 1);
+    wr[j] = base + n * K * esz;
+    if (W == WKind::kF8 && w.scale) srow[j] = w.scale + (n / w.scale_block_out) * grid_cols;
+  }
+  __m512 acc[MR][kNR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_setzero_ps();
+  // K is walked in scale blocks (F8) or in one block; the scale is hoisted out of the inner loop.
+  const int64_t kb_step = W == WKind::kF8 ? w.scale_block_in : K;
+  for (int64_t kb = 0; kb < K; kb += kb_step) {
+    const int64_t ke = imin(K, kb + kb_step);
+    __m512 sc[kNR];
+    if constexpr (W == WKind::kF8)
+      for (int j = 0; j < kNR; ++j)
+        sc[j] = _mm512_set1_ps((srow[j] ? srow[j][kb / kb_step] : 1.0f) * 256.0f);
+    int64_t k = kb;
+    for (; k < ke; k += 16) {
+      const bool masked = k + 16 > ke;
+      const __mmask16 km = masked ? static_cast<__mmask16>((1u << (ke - k)) - 1) : 0xffff;
+      __m512 wv[kNR];
+      for (int j = 0; j < kNR; ++j) {
+        wv[j] = load_w16<W>(wr[j], k, km, masked);
+        if constexpr (W == WKind::kF8) wv[j] = _mm512_mul_ps(wv[j], sc[j]);
+      }
+      for (int i = 0; i < MR; ++i) {
+        const float* xr = x + i * ldx + k;
+        const __m512 xv = masked ? _mm512_maskz_loadu_ps(km, xr) : _mm512_loadu_ps(xr);
+        for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+      }
+    }
+  }
+  const __mmask8 sm = store_mask(n_valid);
+  for (int i = 0; i < MR; ++i)
+    _mm_mask_storeu_ps(y + i * ldy, sm, reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+}
+
+constexpr int kMRfp32 = 6;
+
+template <WKind W>
+void run_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  const int64_t N = w.n_out, K = w.n_in;
+  const int64_t n_tiles = (N + kNR - 1) / kNR;
+  pool.parallel_for(
+      n_tiles,
+      [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t n0 = t * kNR, nv = imin(kNR, N - n0);
+          for (int64_t m0 = 0; m0 < M; m0 += kMRfp32) {
+            const float* xr = x + m0 * K;
+            float* yr = y + m0 * N + n0;
+            switch (imin(kMRfp32, M - m0)) {
+              case 1: tile_fp32w<W, 1>(xr, K, w, n0, nv, yr, N); break;
+              case 2: tile_fp32w<W, 2>(xr, K, w, n0, nv, yr, N); break;
+              case 3: tile_fp32w<W, 3>(xr, K, w, n0, nv, yr, N); break;
+              case 4: tile_fp32w<W, 4>(xr, K, w, n0, nv, yr, N); break;
+              case 5: tile_fp32w<W, 5>(xr, K, w, n0, nv, yr, N); break;
+              default: tile_fp32w<W, 6>(xr, K, w, n0, nv, yr, N); break;
+            }
+          }
+        }
+      },
+      8);
+}
+
+}  // namespace
+
+void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                 uint16_t* xb) {
+  const int64_t N = w.n_out, K = w.n_in;
+  const int64_t Kp = (K + 31) / 32 * 32;
+  // x → bf16 (RNE, as _mm512_cvtne2ps_pbh), rows zero-padded to Kp.
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * K;
+    uint16_t* dst = xb + m * Kp;
+    for (int64_t k = 0; k < Kp; k += 32) {
+      const int64_t r = K - k;
+      const __mmask16 m0 = r >= 16 ? 0xffff : r <= 0 ? 0 : static_cast<__mmask16>((1u << r) - 1);
+      const __mmask16 m1 = r >= 32 ? 0xffff : r <= 16 ? 0 : static_cast<__mmask16>((1u << (r - 16)) - 1);
+      const __m512 lo = _mm512_maskz_loadu_ps(m0, xr + k);
+      const __m512 hi = _mm512_maskz_loadu_ps(m1, xr + k + 16);
+      _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+  const uint16_t* wd = static_cast<const uint16_t*>(w.data);
+  const int64_t n_tiles = (N + kNR - 1) / kNR;
+  pool.parallel_for(
+      n_tiles,
+      [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t n0 = t * kNR, nv = imin(kNR, N - n0);
+          const uint16_t* w0 = wd + n0 * K;
+          for (int64_t m0 = 0; m0 < M; m0 += kMRbf16) {
+            const uint16_t* xr = xb + m0 * Kp;
+            float* yr = y + m0 * N + n0;
+            switch (imin(kMRbf16, M - m0)) {
+              case 1: tile_bf16<1>(xr, Kp, w0, K, nv, yr, N); break;
+              case 2: tile_bf16<2>(xr, Kp, w0, K, nv, yr, N); break;
+              case 3: tile_bf16<3>(xr, Kp, w0, K, nv, yr, N); break;
+              case 4: tile_bf16<4>(xr, Kp, w0, K, nv, yr, N); break;
+              case 5: tile_bf16<5>(xr, Kp, w0, K, nv, yr, N); break;
+              default: tile_bf16<6>(xr, Kp, w0, K, nv, yr, N); break;
+            }
+          }
+        }
+      },
+      8);
+}
+
+void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  switch (w.dtype) {
+    case DType::kF32: run_fp32w<WKind::kF32>(x, M, w, y, pool); break;
+    case DType::kF16: run_fp32w<WKind::kF16>(x, M, w, y, pool); break;
+    case DType::kF8E4M3: run_fp32w<WKind::kF8>(x, M, w, y, pool); break;
+    default: break;
+  }
+}
+
+}  // namespace dfl::cpu::avx512

@@ -1,0 +1,37 @@
+// Internal helpers shared by the AVX-512 kernel files. Include only from *_avx512.cc files:
+// everything here is `static inline` in an anonymous namespace, so no AVX-512 code can leak into
+// a symbol the baseline code links against.
+#pragma once
+
+#include <immintrin.h>
+
+namespace dfl::cpu::avx512 {
+namespace {
+
+// e^x for 16 lanes, |rel err| ≲ 2e-7; inputs below -87.3 give tiny positives (callers mask
+// lanes that must be exactly 0), above 88.3 saturate.
+static inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  // exp(r) on |r| ≤ ln2/2: Taylor/minimax degree 6.
+  __m512 p = _mm512_set1_ps(1.3888949e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3333847e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1666670e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666667e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Mask of the first n (0..16) lanes.
+static inline __mmask16 lanes16(long n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff)
+                 : n <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+}  // namespace
+}  // namespace dfl::cpu::avx512

@@ -1,0 +1,138 @@
+// Q8 weights (ops.h kPackedQ8): load-time quantization, activation quantization and the
+// portable matmul; the AVX-512 VNNI kernel is in cpu/q8_avx512.cc.
+#include <cmath>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/ops.h"
+
+namespace dfl {
+
+WeightMatrix QuantizedQ8::matrix() const {
+  WeightMatrix w;
+  w.dtype = DType::kI8;
+  w.n_out = n_out;
+  w.n_in = n_in;
+  w.data = q.data();
+  w.scale = d.data();
+  w.scale_block_out = 1;
+  w.scale_block_in = kQ8Block;
+  w.packed_format = kPackedQ8;
+  return w;
+}
+
+QuantizedQ8 quantize_q8(const WeightMatrix& src, ThreadPool* pool) {
+  DFL_CHECK(src.packed_format == kPackedNone, "quantize_q8: source is already packed");
+  DFL_CHECK(src.dtype == DType::kF32 || src.dtype == DType::kBF16 || src.dtype == DType::kF16 ||
+                src.dtype == DType::kF8E4M3,
+            "quantize_q8: unsupported weight dtype ", dtype_name(src.dtype));
+  QuantizedQ8 out;
+  out.n_out = src.n_out;
+  out.n_in = src.n_in;
+  out.n_blocks = (src.n_in + kQ8Block - 1) / kQ8Block;
+  const int64_t Kp = out.n_blocks * kQ8Block;
+  out.q.assign(static_cast<size_t>(src.n_out * Kp), 128);
+  out.d.assign(static_cast<size_t>(src.n_out * out.n_blocks), 0.0f);
+  auto rows = [&](int64_t r0, int64_t r1, int) {
+    std::vector<float> row(Kp, 0.0f);
+    for (int64_t n = r0; n < r1; ++n) {
+      if (src.dtype == DType::kF32) {
+        const float* p = static_cast<const float*>(src.data) + n * src.n_in;
+        for (int64_t k = 0; k < src.n_in; ++k) row[k] = p[k];
+      } else if (src.dtype == DType::kBF16) {
+        const uint16_t* p = static_cast<const uint16_t*>(src.data) + n * src.n_in;
+        for (int64_t k = 0; k < src.n_in; ++k) row[k] = bf16_to_f32(p[k]);
+      } else {
+        for (int64_t k = 0; k < src.n_in; ++k) row[k] = ref::weight_at(src, n, k);
+      }
+      for (int64_t b = 0; b < out.n_blocks; ++b) {
+        float amax = 0.0f;
+        for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; ++k)
+          amax = std::fmax(amax, std::fabs(row[k]));
+        const float d = amax / 127.0f;
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        out.d[n * out.n_blocks + b] = d;
+        uint8_t* q = out.q.data() + n * Kp + b * kQ8Block;
+        for (int64_t k = 0; k < kQ8Block; ++k) {
+          const float v = std::nearbyint(row[b * kQ8Block + k] * inv);
+          q[k] = static_cast<uint8_t>(static_cast<int>(std::fmax(-127.0f, std::fmin(127.0f, v))) + 128);
+        }
+      }
+    }
+  };
+  if (pool)
+    pool->parallel_for(src.n_out, rows, 64);
+  else
+    rows(0, src.n_out, 0);
+  return out;
+}
+
+namespace ops {
+
+namespace {
+
+void quantize_act_portable(const float* x, int64_t M, int64_t K, int8_t* q, float* d, int32_t* c) {
+  const int64_t nb = (K + kQ8Block - 1) / kQ8Block;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xr = x + m * K + b * kQ8Block;
+      const int64_t n = std::min<int64_t>(kQ8Block, K - b * kQ8Block);
+      float amax = 0.0f;
+      for (int64_t k = 0; k < n; ++k) amax = std::fmax(amax, std::fabs(xr[k]));
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int8_t* qr = q + m * nb * kQ8Block + b * kQ8Block;
+      int32_t sum = 0;
+      for (int64_t k = 0; k < kQ8Block; ++k) {
+        const int v = k < n ? static_cast<int>(std::nearbyint(xr[k] * inv)) : 0;
+        qr[k] = static_cast<int8_t>(v);
+        sum += v;
+      }
+      d[m * nb + b] = amax / 127.0f;
+      c[m * nb + b] = -8 * sum;
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
+               IsaLevel isa) {
+  const int64_t nb = (w.n_in + kQ8Block - 1) / kQ8Block;
+  thread_local std::vector<int8_t> qbuf;
+  thread_local std::vector<float> dbuf;
+  thread_local std::vector<int32_t> cbuf;
+  if (qbuf.size() < static_cast<size_t>(n_rows * nb * kQ8Block)) qbuf.resize(n_rows * nb * kQ8Block);
+  if (dbuf.size() < static_cast<size_t>(n_rows * nb)) dbuf.resize(n_rows * nb);
+  if (cbuf.size() < static_cast<size_t>(n_rows * nb)) cbuf.resize(n_rows * nb);
+  cpu::Q8Act a{qbuf.data(), dbuf.data(), cbuf.data(), nb};
+  if (isa == IsaLevel::kAvx512) {
+    cpu::avx512::quantize_act_q8(x, n_rows, w.n_in, qbuf.data(), dbuf.data(), cbuf.data());
+    cpu::avx512::matmul_q8(a, n_rows, w, y, pool);
+    return;
+  }
+  quantize_act_portable(x, n_rows, w.n_in, qbuf.data(), dbuf.data(), cbuf.data());
+  const uint8_t* wq = static_cast<const uint8_t*>(w.data);
+  pool.parallel_for(
+      w.n_out,
+      [&](int64_t n0, int64_t n1, int) {
+        for (int64_t m = 0; m < n_rows; ++m) {
+          for (int64_t n = n0; n < n1; ++n) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+              const uint8_t* wr = wq + n * nb * kQ8Block + b * kQ8Block;
+              const int8_t* xr = a.q + m * nb * kQ8Block + b * kQ8Block;
+              int32_t s = 0;
+              for (int64_t k = 0; k < kQ8Block; ++k) s += (int32_t(wr[k]) - 128) * xr[k];
+              acc += static_cast<float>(s) * (a.d[m * nb + b] * w.scale[n * nb + b]);
+            }
+            y[m * w.n_out + n] = acc;
+          }
+        }
+      },
+      16);
+}
+
+}  // namespace ops
+}  // namespace dfl

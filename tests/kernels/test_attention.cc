@@ -1,0 +1,206 @@
+// ops::attention vs the scalar reference (double) and metamorphic properties:
+//   - every visibility mask (causal, sliding causal, sliding non-causal, non-causal), sinks,
+//     GQA, d_qk != d_v, odd head dims, empty slots, permuted (ring-buffer) slot order;
+//   - a window of w == full causal attention over the last w keys;
+//   - the built-in window path == an explicit mask (invisible keys turned into empty slots),
+//     bit for bit;
+//   - batched queries == one query at a time, and any thread count, bit for bit;
+//   - a sink s_h == an extra key with logit s_h and a zero value.
+// Bounds: NMSE < 1e-10 and max |diff| < 1e-5 vs the reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace dfl {
+namespace {
+
+using test::randn;
+
+struct Case {
+  int32_t n_heads, n_kv_heads, d_qk, d_v;
+};
+
+struct Data {
+  std::vector<float> q, k, v, sinks;
+  std::vector<int32_t> q_pos, k_pos;
+};
+
+Data make_data(const Case& c, int64_t n_q, int64_t n_kv, uint32_t seed, bool holes, bool permute) {
+  Data d;
+  d.q = randn(n_q * c.n_heads * c.d_qk, seed);
+  d.k = randn(n_kv * c.n_kv_heads * c.d_qk, seed + 1);
+  d.v = randn(n_kv * c.n_kv_heads * c.d_v, seed + 2);
+  d.sinks = randn(c.n_heads, seed + 3);
+  d.k_pos.resize(n_kv);
+  std::iota(d.k_pos.begin(), d.k_pos.end(), 0);
+  if (permute) std::rotate(d.k_pos.begin(), d.k_pos.begin() + n_kv / 3, d.k_pos.end());
+  if (holes)
+    for (int64_t j = 0; j < n_kv; j += 5) {
+      d.k_pos[j] = kEmptySlot;
+      // Garbage in empty slots must not leak into the result.
+      for (int32_t h = 0; h < c.n_kv_heads; ++h)
+        d.v[(j * c.n_kv_heads + h) * c.d_v] = NAN;
+    }
+  d.q_pos.resize(n_q);
+  for (int64_t i = 0; i < n_q; ++i) d.q_pos[i] = static_cast<int32_t>(n_kv - n_q + i);
+  return d;
+}
+
+AttnParams params(const Case& c, Window w, const Data& d, bool sinks) {
+  AttnParams p;
+  p.n_heads = c.n_heads;
+  p.n_kv_heads = c.n_kv_heads;
+  p.d_qk = c.d_qk;
+  p.d_v = c.d_v;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.d_qk));
+  p.window = w;
+  p.sinks = sinks ? d.sinks.data() : nullptr;
+  return p;
+}
+
+const Case kCases[] = {{4, 4, 16, 16}, {8, 2, 64, 64}, {4, 1, 192, 128}, {6, 3, 24, 40}, {2, 2, 130, 7}};
+const Window kWindows[] = {{-1, 0}, {-1, -1}, {7, 0}, {3, 3}, {0, 0}, {20, -1}};
+
+TEST(Attention, MatchesReference) {
+  ThreadPool pool(2);
+  for (IsaLevel isa : test::attention_levels()) {
+    test::IsaScope scope(isa);
+    uint32_t seed = 1;
+    for (const Case& c : kCases)
+      for (Window w : kWindows)
+        for (bool sinks : {false, true})
+          for (int64_t n_kv : {1, 40, 100})
+            for (int64_t n_q : {1, 16}) {
+              if (n_q > n_kv) continue;
+              const bool holes = n_kv > 20, permute = n_kv == 40;
+              Data d = make_data(c, n_q, n_kv, seed++, holes, permute);
+              const AttnParams p = params(c, w, d, sinks);
+              std::vector<float> o(n_q * c.n_heads * c.d_v, NAN), r(o.size());
+              ops::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(),
+                             d.k_pos.data(), n_kv, p, o.data(), pool);
+              ref::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(),
+                             d.k_pos.data(), n_kv, p, r.data());
+              ASSERT_LT(test::nmse(o.data(), r.data(), o.size()), 1e-10)
+                  << isa_name(isa) << " heads " << c.n_heads << "/" << c.n_kv_heads << " d "
+                  << c.d_qk << "/" << c.d_v << " win " << w.left << "," << w.right
+                  << " sinks " << sinks << " n_kv " << n_kv << " n_q " << n_q;
+              ASSERT_LT(test::max_abs_diff(o.data(), r.data(), o.size()), 1e-5);
+            }
+  }
+}
+
+TEST(Attention, NothingVisibleGivesZeros) {
+  ThreadPool pool(1);
+  const Case c{2, 1, 16, 16};
+  Data d = make_data(c, 1, 8, 5, false, false);
+  d.q_pos[0] = 100;  // window (3,0): all keys too old
+  const AttnParams p = params(c, Window{3, 0}, d, false);
+  std::vector<float> o(c.n_heads * c.d_v, NAN);
+  ops::attention(d.q.data(), d.q_pos.data(), 1, d.k.data(), d.v.data(), d.k_pos.data(), 8, p,
+                 o.data(), pool);
+  for (float x : o) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(Attention, WindowEqualsLastKeys) {
+  ThreadPool pool(2);
+  const Case c{8, 2, 64, 64};
+  const int64_t n_kv = 77, wlen = 19;
+  Data d = make_data(c, 1, n_kv, 9, false, false);
+  const AttnParams pw = params(c, Window{wlen - 1, 0}, d, false);
+  const AttnParams pf = params(c, Window{-1, 0}, d, false);
+  std::vector<float> ow(c.n_heads * c.d_v), of(ow.size());
+  ops::attention(d.q.data(), d.q_pos.data(), 1, d.k.data(), d.v.data(), d.k_pos.data(), n_kv, pw,
+                 ow.data(), pool);
+  const int64_t s0 = n_kv - wlen;
+  ops::attention(d.q.data(), d.q_pos.data(), 1, d.k.data() + s0 * c.n_kv_heads * c.d_qk,
+                 d.v.data() + s0 * c.n_kv_heads * c.d_v, d.k_pos.data() + s0, wlen, pf, of.data(),
+                 pool);
+  EXPECT_LT(test::max_abs_diff(ow.data(), of.data(), ow.size()), 1e-6);
+}
+
+TEST(Attention, WindowEqualsExplicitMaskBitExact) {
+  ThreadPool pool(2);
+  for (IsaLevel isa : test::attention_levels()) {
+    test::IsaScope scope(isa);
+    for (Window w : kWindows) {
+      const Case c{4, 2, 48, 32};
+      const int64_t n_kv = 53, n_q = 6;
+      Data d = make_data(c, n_q, n_kv, 21, true, true);
+      const AttnParams p = params(c, w, d, true);
+      std::vector<float> ob(n_q * c.n_heads * c.d_v);
+      ops::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(),
+                     n_kv, p, ob.data(), pool);
+      AttnParams pm = p;
+      pm.window = Window{-1, -1};
+      for (int64_t i = 0; i < n_q; ++i) {
+        std::vector<int32_t> masked(d.k_pos);
+        for (auto& kp : masked)
+          if (!kv_visible(d.q_pos[i], kp, w)) kp = kEmptySlot;
+        std::vector<float> oi(c.n_heads * c.d_v);
+        ops::attention(d.q.data() + i * c.n_heads * c.d_qk, d.q_pos.data() + i, 1, d.k.data(),
+                       d.v.data(), masked.data(), n_kv, pm, oi.data(), pool);
+        ASSERT_EQ(0, std::memcmp(oi.data(), ob.data() + i * oi.size(), oi.size() * 4))
+            << isa_name(isa) << " window " << w.left << "," << w.right << " query " << i;
+      }
+    }
+  }
+}
+
+TEST(Attention, BatchedEqualsOneByOneAndThreadInvariant) {
+  ThreadPool p1(1), p2(2), p3(3);
+  for (IsaLevel isa : test::attention_levels()) {
+    test::IsaScope scope(isa);
+    for (const Case& c : kCases) {
+      const int64_t n_kv = 70, n_q = 16;
+      Data d = make_data(c, n_q, n_kv, 33, true, false);
+      const AttnParams p = params(c, Window{-1, 0}, d, true);
+      const int64_t row = c.n_heads * c.d_v;
+      std::vector<float> one(n_q * row);
+      for (int64_t i = 0; i < n_q; ++i)
+        ops::attention(d.q.data() + i * c.n_heads * c.d_qk, d.q_pos.data() + i, 1, d.k.data(),
+                       d.v.data(), d.k_pos.data(), n_kv, p, one.data() + i * row, p1);
+      for (ThreadPool* pool : {&p1, &p2, &p3}) {
+        std::vector<float> all(n_q * row);
+        ops::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(),
+                       n_kv, p, all.data(), *pool);
+        ASSERT_EQ(0, std::memcmp(all.data(), one.data(), all.size() * 4))
+            << isa_name(isa) << " threads " << pool->n_threads() << " d " << c.d_qk;
+      }
+    }
+  }
+}
+
+TEST(Attention, SinkEqualsZeroValueKey) {
+  ThreadPool pool(1);
+  const Case c{4, 4, 32, 24};  // no GQA: one extra key per head can carry that head's sink
+  const int64_t n_kv = 30;
+  Data d = make_data(c, 1, n_kv, 44, false, false);
+  const AttnParams ps = params(c, Window{-1, 0}, d, true);
+  std::vector<float> os(c.n_heads * c.d_v);
+  ops::attention(d.q.data(), d.q_pos.data(), 1, d.k.data(), d.v.data(), d.k_pos.data(), n_kv, ps,
+                 os.data(), pool);
+  // Extra slot at the front: k_h = q_h · s_h / (scale · |q_h|²) so that scale · q_h·k_h = s_h.
+  Data e = d;
+  e.k.insert(e.k.begin(), c.n_kv_heads * c.d_qk, 0.0f);
+  e.v.insert(e.v.begin(), c.n_kv_heads * c.d_v, 0.0f);
+  e.k_pos.insert(e.k_pos.begin(), 0);
+  for (int32_t h = 0; h < c.n_heads; ++h) {
+    double qq = 0;
+    for (int32_t i = 0; i < c.d_qk; ++i) qq += double(d.q[h * c.d_qk + i]) * d.q[h * c.d_qk + i];
+    for (int32_t i = 0; i < c.d_qk; ++i)
+      e.k[h * c.d_qk + i] = static_cast<float>(d.q[h * c.d_qk + i] * d.sinks[h] / (ps.scale * qq));
+  }
+  const AttnParams pe = params(c, Window{-1, 0}, e, false);
+  std::vector<float> oe(os.size());
+  ops::attention(e.q.data(), e.q_pos.data(), 1, e.k.data(), e.v.data(), e.k_pos.data(), n_kv + 1,
+                 pe, oe.data(), pool);
+  EXPECT_LT(test::max_abs_diff(os.data(), oe.data(), os.size()), 1e-5);
+}
+
+}  // namespace
+}  // namespace dfl

@@ -1,0 +1,240 @@
+// matmul vs the scalar reference over shape sweeps, every weight format and ISA level, plus the
+// batch-invariance checks (row r of an M-row call == the M=1 call, bit for bit, for any M and
+// thread count).
+//
+// Error bounds (NMSE = Σ(y-ref)²/Σref², ref in double):
+//   F32 / F16 / F8_E4M3 weights (fp32 math):               < 1e-10
+//   BF16 weights: vs ref fed the same bf16-rounded x on AVX-512 (vdpbf16ps), exact x elsewhere:
+//                                                            < 1e-10
+//   Q8: vs ref on the dequantized Q8 weights (activation quantization only): < 5e-4
+//       vs the original bf16 weights (weight + activation quantization):      < 1e-3 (reported)
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace dfl {
+namespace {
+
+using test::nmse;
+using test::randn;
+
+// Owns the storage behind a WeightMatrix of the given dtype made from fp32 values.
+struct TestWeight {
+  std::vector<float> f32;
+  std::vector<uint16_t> u16;
+  std::vector<uint8_t> u8;
+  std::vector<float> scale;
+  QuantizedQ8 q8;
+  WeightMatrix w;
+};
+
+enum class Fmt { kF32, kBF16, kF16, kF8, kQ8 };
+const char* fmt_name(Fmt f) {
+  switch (f) {
+    case Fmt::kF32: return "F32";
+    case Fmt::kBF16: return "BF16";
+    case Fmt::kF16: return "F16";
+    case Fmt::kF8: return "F8";
+    case Fmt::kQ8: return "Q8";
+  }
+  return "?";
+}
+
+uint8_t f32_to_e4m3_slow(float f) {  // nearest e4m3 by search (tests only)
+  uint8_t best = 0;
+  float bd = INFINITY;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;
+    const float d = std::fabs(f8e4m3_to_f32(static_cast<uint8_t>(c)) - f);
+    if (d < bd) bd = d, best = static_cast<uint8_t>(c);
+  }
+  return best;
+}
+
+void make_weight(TestWeight& t, Fmt fmt, int64_t N, int64_t K, uint32_t seed) {
+  std::vector<float> v = randn(N * K, seed, 0.5f);
+  t.w = WeightMatrix{};
+  t.w.n_out = N;
+  t.w.n_in = K;
+  switch (fmt) {
+    case Fmt::kF32:
+      t.f32 = v;
+      t.w.dtype = DType::kF32;
+      t.w.data = t.f32.data();
+      break;
+    case Fmt::kBF16:
+    case Fmt::kQ8:
+      t.u16.resize(v.size());
+      for (size_t i = 0; i < v.size(); ++i) t.u16[i] = f32_to_bf16(v[i]);
+      t.w.dtype = DType::kBF16;
+      t.w.data = t.u16.data();
+      if (fmt == Fmt::kQ8) {
+        t.q8 = quantize_q8(t.w);
+        t.w = t.q8.matrix();
+      }
+      break;
+    case Fmt::kF16:
+      t.u16.resize(v.size());
+      for (size_t i = 0; i < v.size(); ++i) t.u16[i] = f32_to_f16(v[i]);
+      t.w.dtype = DType::kF16;
+      t.w.data = t.u16.data();
+      break;
+    case Fmt::kF8: {
+      static std::vector<uint8_t> table;  // value → code, computed once per value
+      t.u8.resize(v.size());
+      for (size_t i = 0; i < v.size(); ++i) t.u8[i] = f32_to_e4m3_slow(v[i] * 64.0f);
+      // Small blocks so the test crosses several scale blocks (with ragged edges) on small shapes.
+      t.w.scale_block_out = 5;
+      t.w.scale_block_in = 24;
+      const int64_t gr = (N + 4) / 5, gc = (K + 23) / 24;
+      t.scale = randn(gr * gc, seed + 7, 1.0f);
+      for (auto& s : t.scale) s = (0.5f + std::fabs(s)) / 64.0f;
+      t.w.dtype = DType::kF8E4M3;
+      t.w.data = t.u8.data();
+      t.w.scale = t.scale.data();
+      break;
+    }
+  }
+}
+
+std::vector<float> bf16_round(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  return r;
+}
+
+// What the reference should be fed for `fmt` on `isa`.
+std::vector<float> ref_input(const std::vector<float>& x, Fmt fmt, IsaLevel isa) {
+  return (fmt == Fmt::kBF16 && isa == IsaLevel::kAvx512) ? bf16_round(x) : x;
+}
+
+double bound(Fmt fmt) { return fmt == Fmt::kQ8 ? 5e-4 : 1e-10; }
+
+TEST(Matmul, MatchesReferenceOverShapes) {
+  ThreadPool pool(2);
+  const int64_t Ks[] = {1, 7, 32, 33, 64, 130, 257};
+  const int64_t Ns[] = {1, 3, 5, 67};
+  const int64_t Ms[] = {1, 5, 13};
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8}) {
+      double num = 0, den = 0;
+      for (int64_t K : Ks) {
+        for (int64_t N : Ns) {
+          TestWeight t;
+          make_weight(t, fmt, N, K, static_cast<uint32_t>(K * 131 + N));
+          for (int64_t M : Ms) {
+            const auto x = randn(M * K, static_cast<uint32_t>(M * 7 + K));
+            std::vector<float> y(M * N, NAN), yr(M * N);
+            ops::matmul(x.data(), M, t.w, y.data(), pool);
+            const auto xr = ref_input(x, fmt, isa);
+            ref::matmul(xr.data(), M, t.w, yr.data());
+            const double e = nmse(y.data(), yr.data(), y.size());
+            // Q8: a handful of outputs gives a noisy NMSE; bound each loosely, the total tightly.
+            ASSERT_LT(e, fmt == Fmt::kQ8 ? 2e-2 : bound(fmt))
+                << isa_name(isa) << " " << fmt_name(fmt) << " M=" << M << " N=" << N
+                << " K=" << K;
+            for (size_t i = 0; i < y.size(); ++i) {
+              num += (double(y[i]) - yr[i]) * (double(y[i]) - yr[i]);
+              den += double(yr[i]) * yr[i];
+            }
+          }
+        }
+      }
+      EXPECT_LT(num / den, bound(fmt)) << isa_name(isa) << " " << fmt_name(fmt) << " overall";
+    }
+  }
+}
+
+TEST(Matmul, RowSweepUpTo70) {
+  ThreadPool pool(2);
+  const int64_t N = 21, K = 97;
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF8, Fmt::kQ8}) {
+      TestWeight t;
+      make_weight(t, fmt, N, K, 5);
+      const auto x = randn(70 * K, 99);
+      const auto xr = ref_input(x, fmt, isa);
+      std::vector<float> yr(70 * N);
+      ref::matmul(xr.data(), 70, t.w, yr.data());
+      for (int64_t M = 1; M <= 70; ++M) {
+        std::vector<float> y(M * N, NAN);
+        ops::matmul(x.data(), M, t.w, y.data(), pool);
+        ASSERT_LT(nmse(y.data(), yr.data(), y.size()), bound(fmt))
+            << isa_name(isa) << " " << fmt_name(fmt) << " M=" << M;
+      }
+    }
+  }
+}
+
+// Row r of an M-row call must equal (memcmp) the same row computed alone, whatever M and the
+// thread count.
+TEST(Matmul, BatchAndThreadInvariant) {
+  ThreadPool p1(1), p2(2), p3(3);
+  ThreadPool* pools[] = {&p1, &p2, &p3};
+  const int64_t shapes[][2] = {{37, 129}, {67, 300}};
+  const int64_t Ms[] = {2, 3, 5, 7, 16, 17, 64, 70};
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8}) {
+      for (auto& s : shapes) {
+        const int64_t N = s[0], K = s[1];
+        TestWeight t;
+        make_weight(t, fmt, N, K, 11);
+        const auto x = randn(70 * K, 3);
+        // M = 1 reference rows, single thread.
+        std::vector<float> single(70 * N);
+        for (int64_t r = 0; r < 70; ++r) ops::matmul(x.data() + r * K, 1, t.w, single.data() + r * N, p1);
+        for (ThreadPool* pool : pools) {
+          for (int64_t M : Ms) {
+            // Use a shifted window of rows so rows land at different positions of the tiles.
+            const int64_t off = (70 - M) / 2;
+            std::vector<float> y(M * N);
+            ops::matmul(x.data() + off * K, M, t.w, y.data(), *pool);
+            for (int64_t r = 0; r < M; ++r)
+              ASSERT_EQ(0, std::memcmp(y.data() + r * N, single.data() + (off + r) * N, N * 4))
+                  << isa_name(isa) << " " << fmt_name(fmt) << " N=" << N << " K=" << K
+                  << " M=" << M << " row " << r << " threads " << pool->n_threads();
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, Q8ErrorVsBf16IsSmall) {
+  ThreadPool pool(2);
+  const int64_t M = 8, N = 96, K = 1000;
+  TestWeight tb, tq;
+  make_weight(tb, Fmt::kBF16, N, K, 42);
+  make_weight(tq, Fmt::kQ8, N, K, 42);  // same values, quantized
+  const auto x = randn(M * K, 43);
+  std::vector<float> yb(M * N), yq(M * N);
+  ref::matmul(x.data(), M, tb.w, yb.data());
+  ops::matmul(x.data(), M, tq.w, yq.data(), pool);
+  const double e = nmse(yq.data(), yb.data(), yb.size());
+  std::printf("Q8 vs bf16 weights, NMSE = %.3g (K=%lld)\n", e, static_cast<long long>(K));
+  EXPECT_LT(e, 1e-3);
+  const int64_t Kp = (K + kQ8Block - 1) / kQ8Block * kQ8Block;
+  EXPECT_EQ(tq.q8.bytes(), static_cast<size_t>(N * Kp + N * (Kp / kQ8Block) * 4));
+}
+
+TEST(Matmul, ThreadPoolRunsEveryChunkOnce) {
+  for (int nt : {1, 2, 3}) {
+    ThreadPool pool(nt);
+    for (int rep = 0; rep < 50; ++rep) {
+      std::vector<int> hit(1000, 0);
+      pool.parallel_for(1000, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) hit[i]++;
+      }, 7);
+      for (int h : hit) ASSERT_EQ(h, 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dfl
