@@ -1,0 +1,51 @@
+// Attention: decode (1 query) and verify blocks (16 queries) over a causal cache, Qwen3-4B-like
+// heads (32 query heads, 8 kv heads, d 128) and MiMo-like d_qk 192 / d_v 128 with a window.
+//   build-kern/bench/bench_attention
+#include <benchmark/benchmark.h>
+
+#include <numeric>
+
+#include "bench_util.h"
+
+namespace dfl::bench {
+namespace {
+
+void BM_Attention(benchmark::State& st, int32_t H, int32_t KVH, int32_t dqk, int32_t dv,
+                  Window win) {
+  const int64_t n_q = st.range(0), n_kv = st.range(1);
+  const auto q = random_f32(n_q * H * dqk, 1), k = random_f32(n_kv * KVH * dqk, 2),
+             v = random_f32(n_kv * KVH * dv, 3);
+  std::vector<int32_t> kp(n_kv), qp(n_q);
+  std::iota(kp.begin(), kp.end(), 0);
+  for (int64_t i = 0; i < n_q; ++i) qp[i] = static_cast<int32_t>(n_kv - n_q + i);
+  AttnParams p;
+  p.n_heads = H;
+  p.n_kv_heads = KVH;
+  p.d_qk = dqk;
+  p.d_v = dv;
+  p.scale = 0.088f;
+  p.window = win;
+  std::vector<float> out(n_q * H * dv);
+  for (auto _ : st) {
+    ops::attention(q.data(), qp.data(), n_q, k.data(), v.data(), kp.data(), n_kv, p, out.data(),
+                   pool());
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["kv_bytes_per_second"] = benchmark::Counter(
+      static_cast<double>((k.size() + v.size()) * 4), benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1024);
+}
+
+BENCHMARK_CAPTURE(BM_Attention, qwen3_4b_causal, 32, 8, 128, 128, Window{-1, 0})
+    ->ArgNames({"n_q", "n_kv"})
+    ->Args({1, 1024})->Args({1, 8192})->Args({16, 1024})->Args({16, 8192})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Attention, mimo_swa128, 64, 8, 192, 128, Window{127, 0})
+    ->ArgNames({"n_q", "n_kv"})
+    ->Args({1, 160})->Args({16, 160})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace dfl::bench
+
+BENCHMARK_MAIN();

@@ -1,0 +1,58 @@
+// Row-wise ops at decode/verify sizes (Qwen3-4B hidden 2560, intermediate 9728).
+//   build-kern/bench/bench_elementwise
+#include <benchmark/benchmark.h>
+
+#include "bench_util.h"
+
+namespace dfl::bench {
+namespace {
+
+void BM_RmsNorm(benchmark::State& st) {
+  const int64_t rows = st.range(0), dim = 2560;
+  const auto x = random_f32(rows * dim, 1), w = random_f32(dim, 2);
+  std::vector<float> y(x.size());
+  for (auto _ : st) {
+    ops::rms_norm(x.data(), w.data(), rows, dim, 1e-6f, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+BENCHMARK(BM_RmsNorm)->Arg(1)->Arg(16);
+
+void BM_AddRmsNorm(benchmark::State& st) {
+  const int64_t rows = st.range(0), dim = 2560;
+  auto res = random_f32(rows * dim, 1);
+  const auto x = random_f32(rows * dim, 3), w = random_f32(dim, 2);
+  std::vector<float> y(x.size());
+  for (auto _ : st) {
+    ops::add_rms_norm(res.data(), x.data(), w.data(), rows, dim, 1e-6f, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+BENCHMARK(BM_AddRmsNorm)->Arg(1)->Arg(16);
+
+void BM_SiluMul(benchmark::State& st) {
+  const int64_t n = st.range(0) * 9728;
+  const auto g = random_f32(n, 1), u = random_f32(n, 2);
+  std::vector<float> y(n);
+  for (auto _ : st) {
+    ops::silu_mul(g.data(), u.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+BENCHMARK(BM_SiluMul)->Arg(1)->Arg(16);
+
+void BM_Rope(benchmark::State& st) {
+  const int64_t rows = st.range(0), heads = 32, hd = 128;
+  auto x = random_f32(rows * heads * hd, 1);
+  const auto c = random_f32(rows * hd / 2, 2), s = random_f32(rows * hd / 2, 3);
+  for (auto _ : st) {
+    ops::rope_neox(x.data(), rows, heads * hd, heads, hd, hd, c.data(), s.data());
+    benchmark::DoNotOptimize(x.data());
+  }
+}
+BENCHMARK(BM_Rope)->Arg(1)->Arg(16);
+
+}  // namespace
+}  // namespace dfl::bench
+
+BENCHMARK_MAIN();
