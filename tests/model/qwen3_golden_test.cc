@@ -1,0 +1,234 @@
+// Qwen3 target vs the transformers goldens (docs/FIXTURES.md, tests/fixtures/qwen3/<name>).
+//
+// Tolerances: `embed` is a row copy of the fp32 table → exact. `layer_out` / `logits` / the
+// greedy-step logits: max |ours − HF| ≤ 1e-4 absolute (values are O(1–10); HF computes in fp32
+// with a different summation order, so we expect ~1e-6..1e-5). `greedy_ids` exact.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "common/golden.h"
+#include "common/models.h"
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+namespace dfl {
+namespace {
+
+using test::Golden;
+using test::max_abs_diff;
+
+constexpr double kTol = 1e-4;
+
+class Qwen3Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Qwen3Golden, PromptForwardMatchesTransformers) {
+  const std::string dir = test::fixture("qwen3/" + GetParam());
+  Golden g(dir + "/golden.safetensors");
+  auto pool = test::make_pool();
+  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
+  const ModelConfig& c = model->config();
+  const int32_t L = c.n_layers, H = c.hidden_size, V = c.vocab_size;
+  const auto prompt = g.i32("prompt_ids");
+  const int32_t n = static_cast<int32_t>(prompt.size());
+  ASSERT_EQ(g.shape("layer_out"), (std::vector<int64_t>{L, n, H}));
+
+  const auto aux = test::iota_ids(L + 1);
+  ForwardOut out = test::run_forward(*model, prompt, LogitsMode::kAll, &aux);
+  ASSERT_EQ(out.logits.size(), size_t(n) * V);
+  ASSERT_EQ(out.aux.size(), size_t(n) * (L + 1) * H);
+  EXPECT_EQ(model->kv().length(0), n);
+
+  // Split the [n, (L+1)·H] aux block into per-index [n, H] matrices.
+  auto aux_col = [&](int32_t j) {
+    std::vector<float> m(size_t(n) * H);
+    for (int32_t t = 0; t < n; ++t)
+      std::copy_n(out.aux.data() + (size_t(t) * (L + 1) + j) * H, H, m.data() + size_t(t) * H);
+    return m;
+  };
+  const double e_embed = max_abs_diff(aux_col(0), g.f32("embed"));
+  EXPECT_EQ(e_embed, 0.0) << "embedding rows must be an exact copy";
+  const auto layer_out = g.f32("layer_out");
+  double e_layers = 0.0;
+  for (int32_t il = 0; il < L; ++il) {
+    const auto ours = aux_col(il + 1);
+    const double e = max_abs_diff(ours.data(), layer_out.data() + size_t(il) * n * H, ours.size());
+    EXPECT_LE(e, kTol) << "layer_out[" << il << "]";
+    e_layers = std::max(e_layers, e);
+  }
+  const double e_logits = max_abs_diff(out.logits, g.f32("logits"));
+  EXPECT_LE(e_logits, kTol);
+  std::printf("[qwen3/%s] prompt n=%d: max|Δembed|=%.3g max|Δlayer_out|=%.3g max|Δlogits|=%.3g "
+              "(|logits|max=%.3g, tol %.0e)\n",
+              GetParam().c_str(), n, e_embed, e_layers, e_logits, test::max_abs(out.logits), kTol);
+
+  // Greedy decode 32 tokens one at a time with the KV cache.
+  const auto greedy = g.i32("greedy_ids");
+  const auto greedy_logits = g.f32("greedy_logits");
+  std::vector<int32_t> ours;
+  double e_steps = max_abs_diff(out.logits.data() + size_t(n - 1) * V, greedy_logits.data(), V);
+  int32_t tok = static_cast<int32_t>(ops::argmax(out.logits.data() + size_t(n - 1) * V, V));
+  ours.push_back(tok);
+  for (size_t i = 1; i < greedy.size(); ++i) {
+    ForwardOut step = test::run_forward(*model, {tok}, LogitsMode::kLast);
+    ASSERT_EQ(step.logits.size(), size_t(V));
+    e_steps = std::max(e_steps, max_abs_diff(step.logits.data(), greedy_logits.data() + i * V, V));
+    tok = static_cast<int32_t>(ops::argmax(step.logits.data(), V));
+    ours.push_back(tok);
+  }
+  EXPECT_EQ(ours, greedy);
+  EXPECT_LE(e_steps, kTol);
+  EXPECT_EQ(model->kv().length(0), n + int32_t(greedy.size()) - 1);
+  std::printf("[qwen3/%s] greedy 32: ids %s, max|Δstep logits|=%.3g\n", GetParam().c_str(),
+              ours == greedy ? "identical" : "DIFFER", e_steps);
+}
+
+// The batched forward over prompt + greedy[:-1] predicts the same tokens, and its rows are
+// bit-identical to the incremental (cached) decode: the lossless claim of the engine rests on
+// batch invariance of the whole forward.
+TEST_P(Qwen3Golden, BatchedEqualsIncrementalBitwise) {
+  const std::string dir = test::fixture("qwen3/" + GetParam());
+  Golden g(dir + "/golden.safetensors");
+  auto pool = test::make_pool();
+  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
+  const int32_t V = model->config().vocab_size;
+  auto seq = g.i32("prompt_ids");
+  const int32_t n = static_cast<int32_t>(seq.size());
+  const auto greedy = g.i32("greedy_ids");
+  seq.insert(seq.end(), greedy.begin(), greedy.end() - 1);
+  ForwardOut all = test::run_forward(*model, seq, LogitsMode::kAll);
+  const auto picks = test::argmax_rows(all.logits.data() + size_t(n - 1) * V, greedy.size(), V);
+  EXPECT_EQ(picks, greedy);
+
+  model->kv().clear(0);
+  // Incremental: prompt, then one token at a time.
+  std::vector<int32_t> prompt(seq.begin(), seq.begin() + n);
+  ForwardOut pre = test::run_forward(*model, prompt, LogitsMode::kAll);
+  EXPECT_EQ(0, std::memcmp(pre.logits.data(), all.logits.data(), sizeof(float) * size_t(n) * V))
+      << "prompt rows of a longer batch differ from the prompt alone";
+  for (size_t p = n; p < seq.size(); ++p) {
+    ForwardOut step = test::run_forward(*model, {seq[p]}, LogitsMode::kLast);
+    ASSERT_EQ(0, std::memcmp(step.logits.data(), all.logits.data() + p * V, sizeof(float) * V))
+        << "position " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3Golden,
+                         ::testing::Values("tied_gqa2", "untied_gqa1", "gqa4_yarn", "sharded"));
+
+// kLast gives the last row of kAll; kNone gives no logits but still fills the cache.
+TEST(Qwen3Model, LogitsModes) {
+  const std::string dir = test::fixture("qwen3/tied_gqa2");
+  Golden g(dir + "/golden.safetensors");
+  auto pool = test::make_pool();
+  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
+  const int32_t V = model->config().vocab_size;
+  const auto prompt = g.i32("prompt_ids");
+  const int32_t n = static_cast<int32_t>(prompt.size());
+  ForwardOut last = test::run_forward(*model, prompt, LogitsMode::kLast);
+  ASSERT_EQ(last.logits.size(), size_t(V));
+  EXPECT_LE(max_abs_diff(last.logits.data(), g.f32("logits").data() + size_t(n - 1) * V, V), kTol);
+  model->kv().clear(0);
+  ForwardOut none = test::run_forward(*model, prompt, LogitsMode::kNone);
+  EXPECT_TRUE(none.logits.empty());
+  EXPECT_EQ(model->kv().length(0), n);
+  // The cache filled by the kNone pass serves the next step like any other.
+  ForwardOut step = test::run_forward(*model, {g.i32("greedy_ids")[0]}, LogitsMode::kLast);
+  EXPECT_LE(max_abs_diff(step.logits.data(), g.f32("greedy_logits").data() + V, V), kTol);
+}
+
+// Aux columns come back in the requested order, duplicates allowed.
+TEST(Qwen3Model, AuxOrderAndDuplicates) {
+  const std::string dir = test::fixture("qwen3/sharded");
+  Golden g(dir + "/golden.safetensors");
+  auto pool = test::make_pool();
+  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
+  const int32_t H = model->config().hidden_size;
+  const auto prompt = g.i32("prompt_ids");
+  const int32_t n = static_cast<int32_t>(prompt.size());
+  const std::vector<int32_t> aux = {3, 0, 1, 3};
+  ForwardOut out = test::run_forward(*model, prompt, LogitsMode::kNone, &aux);
+  ASSERT_EQ(out.aux.size(), size_t(n) * 4 * H);
+  const auto embed = g.f32("embed");
+  const auto lo = g.f32("layer_out");
+  for (int32_t t = 0; t < n; ++t) {
+    const float* row = out.aux.data() + size_t(t) * 4 * H;
+    EXPECT_LE(max_abs_diff(row, lo.data() + (size_t(2) * n + t) * H, H), kTol);
+    EXPECT_LE(max_abs_diff(row + H, embed.data() + size_t(t) * H, H), 0.0);
+    EXPECT_LE(max_abs_diff(row + 2 * H, lo.data() + size_t(t) * H, H), kTol);
+    EXPECT_EQ(0, std::memcmp(row, row + 3 * H, sizeof(float) * H));
+  }
+}
+
+TEST(Qwen3Model, AuxIndexOutOfRangeIsAnError) {
+  const std::string dir = test::fixture("qwen3/tied_gqa2");
+  auto pool = test::make_pool();
+  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
+  const int32_t L = model->config().n_layers;
+  for (int32_t bad : {L + 1, -1, 100}) {
+    const std::vector<int32_t> aux = {0, bad};
+    model->kv().clear(0);
+    try {
+      test::run_forward(*model, {1, 2, 3}, LogitsMode::kLast, &aux);
+      ADD_FAILURE() << "aux index " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("aux"), std::string::npos) << e.what();
+    }
+  }
+  // L itself (output of the last layer, pre-norm) is valid.
+  model->kv().clear(0);
+  const std::vector<int32_t> ok = {L};
+  EXPECT_NO_THROW(test::run_forward(*model, {1, 2, 3}, LogitsMode::kLast, &ok));
+}
+
+TEST(Qwen3Model, ForwardRejectsBadPositionsTokensAndOverflow) {
+  const std::string dir = test::fixture("qwen3/tied_gqa2");
+  auto pool = test::make_pool();
+  LoadOptions opts;
+  opts.max_context = 8;
+  auto model = load_causal_lm(dir, opts, *pool);
+  EXPECT_EQ(model->kv().max_context(), 8);
+  test::run_forward(*model, {1, 2, 3}, LogitsMode::kLast);
+  ForwardArgs a;
+  const int32_t t = 5;
+  a.tokens = &t;
+  a.n = 1;
+  a.pos0 = 1;  // ≠ cached length 3
+  ForwardOut out;
+  EXPECT_THROW(model->forward(a, out), Error);
+  EXPECT_THROW(test::run_forward(*model, {512}, LogitsMode::kLast), Error);  // vocab 512
+  EXPECT_THROW(test::run_forward(*model, {-1}, LogitsMode::kLast), Error);
+  EXPECT_THROW(test::run_forward(*model, {1, 2, 3, 4, 5, 6}, LogitsMode::kLast), Error);  // 9 > 8
+  EXPECT_NO_THROW(test::run_forward(*model, {1, 2, 3, 4, 5}, LogitsMode::kLast));          // 8
+}
+
+// Tied: lm_head is the embedding table (logit of token t = normed_x · E[t]); untied: it is not.
+TEST(Qwen3Model, TiedVersusUntiedHead) {
+  auto pool = test::make_pool();
+  for (const char* name : {"tied_gqa2", "untied_gqa1"}) {
+    auto model = load_causal_lm(test::fixture(std::string("qwen3/") + name), LoadOptions{}, *pool);
+    const ModelConfig& c = model->config();
+    const int32_t H = c.hidden_size, V = c.vocab_size;
+    std::vector<float> x(H);
+    for (int32_t i = 0; i < H; ++i) x[i] = std::sin(0.37f * i + 0.1f);
+    std::vector<float> logits(V);
+    model->lm_head(x.data(), 1, logits.data());
+    const std::vector<int32_t> toks = {0, 7, 300, 511};
+    std::vector<float> rows(toks.size() * H);
+    model->embed(toks.data(), toks.size(), rows.data());
+    double worst = 0.0;
+    for (size_t j = 0; j < toks.size(); ++j) {
+      double dot = 0.0;
+      for (int32_t i = 0; i < H; ++i) dot += double(x[i]) * rows[j * H + i];
+      worst = std::max(worst, std::fabs(dot - logits[toks[j]]));
+    }
+    if (c.tie_word_embeddings)
+      EXPECT_LT(worst, 1e-4) << name;
+    else
+      EXPECT_GT(worst, 1e-2) << name << ": untied lm_head looks like the embedding";
+  }
+}
+
+}  // namespace
+}  // namespace dfl
