@@ -94,7 +94,14 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
     }
     return out;
   }
+  size_t in_bytes = 0;
+  for (const std::string& t : tokens) in_bytes += t.size();
+  const size_t limit = 64 * in_bytes + (size_t{1} << 16);  // see Normalizer::apply
   for (const Step& s : steps_) {
+    size_t cur_bytes = 0;
+    for (const std::string& t : tokens) cur_bytes += t.size();
+    DFL_CHECK(cur_bytes <= limit, "tokenizer: decoder output grew past ", limit,
+              " bytes (runaway Replace in tokenizer.json)");
     switch (s.kind) {
       case Kind::kByteLevel: {
         // Tokens made only of byte-level characters become their bytes; any other token keeps

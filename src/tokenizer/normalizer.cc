@@ -101,7 +101,11 @@ void Normalizer::parse_into(const json& j, int depth) {
 
 std::string Normalizer::apply(std::string_view text) const {
   std::string cur(text);
+  // Chained Replace/Prepend steps of a hostile file could grow the text exponentially.
+  const size_t limit = 64 * text.size() + (size_t{1} << 16);
   for (const Step& s : steps_) {
+    DFL_CHECK(cur.size() <= limit, "tokenizer: normalizer output grew past ", limit,
+              " bytes (runaway Replace/Prepend in tokenizer.json)");
     switch (s.kind) {
       case Kind::kNfc: cur = unicode_normalize(cur, "NFC"); break;
       case Kind::kNfd: cur = unicode_normalize(cur, "NFD"); break;

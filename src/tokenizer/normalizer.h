@@ -2,7 +2,8 @@
 //
 // Supported types: NFC, NFD, NFKC, NFKD (utf8proc), Replace (String or Regex pattern), Prepend,
 // Lowercase, Strip, Sequence. Anything else throws dfl::Error at load, naming the type.
-// Contract: apply() takes and returns well-formed UTF-8.
+// Contract: apply() takes and returns well-formed UTF-8; it throws dfl::Error only when a hostile
+// file makes the text grow without bound (chained Replace steps), never for ordinary input.
 #pragma once
 
 #include <memory>
