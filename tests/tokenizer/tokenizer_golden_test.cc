@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -156,6 +157,21 @@ TEST_P(RealTokenizer, StreamHoldsBackSplitCharacters) {
     EXPECT_EQ(s2.push(head[0]), "");
     EXPECT_TRUE(utf8::is_valid(s2.flush()));
   }
+}
+
+TEST_P(RealTokenizer, ConcurrentEncodeIsConsistent) {
+  // encode() is const and shares one BPE cache: threads must see the same results.
+  std::vector<std::thread> threads;
+  std::vector<size_t> n_bad(4, 0);
+  for (size_t t = 0; t < n_bad.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = t; i < corpus_->size(); i += 2) {
+        if (tok_->encode(line(i)) != ids("encode", i)) ++n_bad[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t b : n_bad) EXPECT_EQ(b, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, RealTokenizer, ::testing::Values("qwen3", "gemma3"),
