@@ -62,6 +62,25 @@ bool get_u64(const json& j, uint64_t* out) {
   return false;
 }
 
+// A short description of a JSON value for messages. Never dump() untrusted values: dump() recurses
+// and the value may be nested thousands deep.
+std::string describe(const json& j) {
+  if (j.is_number_integer() || j.is_number_unsigned() || j.is_number_float() || j.is_boolean() ||
+      j.is_null())
+    return j.dump();
+  if (j.is_string()) return "\"" + printable(j.get_ref<const std::string&>(), 40) + "\"";
+  if (j.is_array() && j.size() <= 4) {
+    std::string s = "[";
+    for (size_t i = 0; i < j.size(); ++i) {
+      const json& x = j[i];
+      s += (i ? ", " : "") +
+           ((x.is_number() || x.is_boolean() || x.is_null()) ? x.dump() : std::string(x.type_name()));
+    }
+    return s + "]";
+  }
+  return std::string("a JSON ") + j.type_name();
+}
+
 struct Parsed {
   TensorInfo info;
   uint64_t begin = 0, end = 0;
@@ -98,7 +117,7 @@ Parsed parse_entry(const std::string& origin, const std::string& name, const jso
   for (const auto& d : *sh) {
     uint64_t v;
     if (!get_u64(d, &v) || v > static_cast<uint64_t>(INT64_MAX))
-      throw fail("shape entry ", printable(d.dump()), " is not a non-negative integer");
+      throw fail("shape entry ", describe(d), " is not a non-negative integer");
     p.info.shape.push_back(static_cast<int64_t>(v));
     if (!overflow && __builtin_mul_overflow(numel, v, &numel)) overflow = true;
   }
@@ -117,7 +136,7 @@ Parsed parse_entry(const std::string& origin, const std::string& name, const jso
   if (!off->is_array() || off->size() != 2 || !get_u64((*off)[0], &p.begin) ||
       !get_u64((*off)[1], &p.end))
     throw fail("'data_offsets' must be [begin, end] with non-negative integers, got ",
-               printable(off->dump()));
+               describe(*off));
   if (p.begin > p.end) throw fail("data_offsets begin ", p.begin, " > end ", p.end);
   if (p.end > data_size)
     throw fail("data_offsets [", p.begin, ", ", p.end, "] run past the data section (", data_size,

@@ -497,8 +497,8 @@ PtValue Vm::materialize(const Obj* o, int depth, uint64_t* nodes, uint64_t* str_
       v.kind = PtValue::Kind::kDict;
       v.dict.reserve(o->dict.size());
       for (const auto& [k, x] : o->dict)
-        v.dict.emplace_back(materialize(k, depth + 1, nodes, str_bytes),
-                            materialize(x, depth + 1, nodes, str_bytes));
+        v.dict.push_back({materialize(k, depth + 1, nodes, str_bytes),
+                          materialize(x, depth + 1, nodes, str_bytes)});
       break;
     case Obj::K::kTensor: v.kind = PtValue::Kind::kTensor; v.tensor = o->tensor; break;
     case Obj::K::kGlobal:

@@ -44,6 +44,8 @@ struct PtTensor {
   std::vector<float> to_f32() const;
 };
 
+struct PtEntry;
+
 // A value from the pickle: the subset torch.save produces for tensors and containers.
 struct PtValue {
   enum class Kind { kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict, kTensor };
@@ -54,7 +56,7 @@ struct PtValue {
   double f = 0;
   std::string s;                                  // kString
   std::vector<PtValue> items;                     // kList, kTuple
-  std::vector<std::pair<PtValue, PtValue>> dict;  // kDict (also OrderedDict), insertion order
+  std::vector<PtEntry> dict;                      // kDict (also OrderedDict), insertion order
   std::shared_ptr<const PtTensor> tensor;         // kTensor (shared: a tensor may appear twice)
 
   bool is_none() const { return kind == Kind::kNone; }
@@ -64,6 +66,11 @@ struct PtValue {
   const PtValue* get(std::string_view key) const;
   // "dict", "tensor", ... for messages.
   static const char* kind_name(Kind k);
+};
+
+struct PtEntry {
+  PtValue key;
+  PtValue value;
 };
 
 struct PtReadLimits {

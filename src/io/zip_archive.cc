@@ -2,6 +2,8 @@
 
 #include <zip.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace dfl {
@@ -93,13 +95,18 @@ std::string ZipArchive::read(size_t i, uint64_t max_bytes) const {
             " bytes, more than the limit of ", max_bytes);
   zip_file_t* f = zip_fopen_index(za_, i, 0);
   DFL_CHECK(f, "'", origin_, "': cannot open entry '", names_[i], "': ", zip_strerror(za_));
-  std::string out(static_cast<size_t>(size), '\0');
+  // Grow as data actually arrives instead of trusting the declared size for one big allocation:
+  // a forged header can declare gigabytes in a tiny file.
+  std::string out;
   uint64_t got = 0;
   while (got < size) {
-    const zip_int64_t r = zip_fread(f, out.data() + got, size - got);
+    const uint64_t chunk = std::min<uint64_t>(size - got, 1u << 20);
+    out.resize(static_cast<size_t>(got + chunk));
+    const zip_int64_t r = zip_fread(f, out.data() + got, chunk);
     if (r <= 0) break;
     got += static_cast<uint64_t>(r);
   }
+  out.resize(static_cast<size_t>(got));
   // One more read must hit the end cleanly; this is also where libzip reports a CRC mismatch.
   char extra;
   const zip_int64_t tail = got == size ? zip_fread(f, &extra, 1) : -1;

@@ -75,7 +75,7 @@ TEST(TorchPickle, StateDictWithMetadataBuild) {
   const PtValue v = read_torch_file(fx("state_dict.pt"));
   ASSERT_TRUE(v.is_dict());
   ASSERT_EQ(v.dict.size(), 2u);
-  EXPECT_EQ(v.dict[0].first.s, "weight");  // insertion order kept
+  EXPECT_EQ(v.dict[0].key.s, "weight");  // insertion order kept
   EXPECT_EQ(values(*v.get("weight")), (std::vector<float>{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(values(*v.get("bias")), (std::vector<float>{10, 20}));
 }

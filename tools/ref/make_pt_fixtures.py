@@ -3,6 +3,9 @@
 
 Usage:  python3 tools/ref/make_pt_fixtures.py [out_dir]   (default tests/fixtures/io)
 
+Also refreshes the libFuzzer seed corpora fuzz/seeds/fuzz_torch_pt/ (byte 0 picks the harness
+mode: 0 = whole .pt archive, 1 = bare data.pkl) and fuzz/seeds/fuzz_safetensors/.
+
 Needs PyPI torch (development machine only; the tests read the committed files and need nothing).
 Good files come from torch.save itself; hostile files are zips built here around hand-written
 pickle streams (or torch output with one entry tampered with), so the reader's refusals are tested
@@ -103,6 +106,44 @@ def main():
     with open(os.path.join(OUT, "not_a_zip.pt"), "wb") as f:
         f.write(b"\x80\x02}q\x00.this is a legacy pickle, not a zip")
     print("wrote fixtures to", OUT)
+    write_fuzz_seeds()
+
+
+def write_fuzz_seeds():
+    import json
+    pt_dir, st_dir = "fuzz/seeds/fuzz_torch_pt", "fuzz/seeds/fuzz_safetensors"
+    os.makedirs(pt_dir, exist_ok=True)
+    os.makedirs(st_dir, exist_ok=True)
+    for name in ["bare_f32.pt", "view.pt", "f8.pt", "state_dict.pt", "nested.pt", "mask_dict.pt",
+                 "param.pt", "evil_os_system.pt", "evil_cycle.pt"]:
+        with open(os.path.join(OUT, name), "rb") as f:
+            raw = f.read()
+        stem = name[:-3]
+        with open(os.path.join(pt_dir, stem + ".zip"), "wb") as f:
+            f.write(b"\x00" + raw)
+        pkl = next(d for n, d in entries(name) if n.endswith("/data.pkl"))
+        with open(os.path.join(pt_dir, stem + ".pkl"), "wb") as f:
+            f.write(b"\x01" + pkl)
+
+    def st(name, tensors, metadata=None):
+        header, data = {}, b""
+        if metadata:
+            header["__metadata__"] = metadata
+        for tname, dtype, shape, nbytes in tensors:
+            header[tname] = {"dtype": dtype, "shape": shape,
+                             "data_offsets": [len(data), len(data) + nbytes]}
+            data += bytes((i * 37) & 0xFF for i in range(nbytes))
+        h = json.dumps(header, separators=(",", ":")).encode()
+        h += b" " * (-len(h) % 8)
+        with open(os.path.join(st_dir, name), "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + data)
+
+    st("two.safetensors", [("w", "F32", [2, 3], 24), ("b", "BF16", [3], 6)], {"format": "pt"})
+    st("kinds.safetensors", [("a", "F8_E4M3", [4], 4), ("s", "F64", [], 8), ("z", "I32", [0, 2], 0),
+                             ("u", "U8", [1], 1), ("l", "I64", [1, 1], 8), ("h", "F16", [2], 4)])
+    st("names.safetensors", [("model.layers.0.self_attn.q_proj.weight", "BF16", [4, 2], 16),
+                             ("model.embed_tokens.weight", "F16", [3, 2], 12)])
+    print("wrote fuzz seeds to", pt_dir, "and", st_dir)
 
 
 if __name__ == "__main__":
