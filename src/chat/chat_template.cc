@@ -95,7 +95,8 @@ ChatTemplate ChatTemplate::from_config_json(const nlohmann::ordered_json& config
   auto extra = config.find("extra_special_tokens");
   if (extra != config.end() && extra->is_object()) {
     for (auto it = extra->begin(); it != extra->end(); ++it)
-      if (const nlohmann::ordered_json* text = token_text(it.value())) t.special_tokens[it.key()] = *text;
+      if (const nlohmann::ordered_json* text = token_text(it.value()))
+        t.special_tokens[it.key()] = *text;
   }
   compile_all(t);
   return t;

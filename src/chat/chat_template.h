@@ -6,8 +6,9 @@
 //     `thinking` or `reasoning` gets both `reasoning_content` and `thinking` set to the first
 //     non-null one of those (transformers' reasoning-field aliasing);
 //   - the template sees: messages, tools and documents (None when not given, so `tools is
-//     defined` holds and `tools is none` tells them apart), add_generation_prompt, the tokenizer's special tokens (bos_token, eos_token, unk_token,
-//     pad_token, ... those that are set), then the caller's extra kwargs (which win);
+//     defined` holds and `tools is none` tells them apart), add_generation_prompt, the tokenizer's
+//     special tokens (bos_token, eos_token, unk_token, pad_token, ... those that are set), then the
+//     caller's extra kwargs (which win);
 //   - a `chat_template` that is a list of {name, template} picks "tool_use" when tools are given
 //     and that entry exists, else "default".
 //

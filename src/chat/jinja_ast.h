@@ -65,19 +65,19 @@ struct MacroParam {
 };
 
 enum class StmtKind {
-  kData,      // literal text
-  kOutput,    // {{ expr }}
-  kIf,        // branches: (cond, body)...; else_body
-  kFor,       // for target in expr [if cond] body [else else_body]
-  kSet,       // set target = expr
-  kSetBlock,  // set target [| filters] ... endset
-  kMacro,     // macro name(params) body
-  kCallBlock, // call [(params)] expr body: caller() renders body
+  kData,         // literal text
+  kOutput,       // {{ expr }}
+  kIf,           // branches: (cond, body)...; else_body
+  kFor,          // for target in expr [if cond] body [else else_body]
+  kSet,          // set target = expr
+  kSetBlock,     // set target [| filters] ... endset
+  kMacro,        // macro name(params) body
+  kCallBlock,    // call [(params)] expr body: caller() renders body
   kFilterBlock,  // filter f ... endfilter (expr is a kFilter chain with a null innermost operand)
-  kWith,      // with a=1, b=2 ... endwith
+  kWith,         // with a=1, b=2 ... endwith
   kBreak,
   kContinue,
-  kScope,     // a body rendered as-is (e.g. {% generation %})
+  kScope,  // a body rendered as-is (e.g. {% generation %})
 };
 
 struct Stmt {

@@ -54,8 +54,7 @@ Value make_namespace(const CallArgs& a) {
 Value builtin_range(const CallArgs& a) {
   DFL_CHECK(!a.args.empty() && a.args.size() <= 3, "range expected 1 to 3 arguments");
   for (const auto& v : a.args)
-    DFL_CHECK(v.is_int() || v.is_bool(), "range() arguments must be integers, got ",
-              v.type_name());
+    DFL_CHECK(v.is_int() || v.is_bool(), "range() arguments must be integers, got ", v.type_name());
   int64_t start = 0, stop, step = 1;
   if (a.args.size() == 1) {
     stop = a.args[0].as_int();
@@ -182,29 +181,38 @@ class Interp {
       return;
     }
     std::vector<Value> items = iterate(v);
-    DFL_CHECK(items.size() == t.elements.size(), "cannot unpack ", items.size(),
-              " values into ", t.elements.size(), " names");
+    DFL_CHECK(items.size() == t.elements.size(), "cannot unpack ", items.size(), " values into ",
+              t.elements.size(), " names");
     for (size_t i = 0; i < items.size(); ++i) assign(t.elements[i], items[i], scope);
   }
 
   Flow exec_inner(const Stmt& s, Scope& scope) {
     switch (s.kind) {
-      case StmtKind::kData: emit(s.text); return Flow::kNormal;
-      case StmtKind::kOutput: emit(eval(*s.expr, scope).str()); return Flow::kNormal;
+      case StmtKind::kData:
+        emit(s.text);
+        return Flow::kNormal;
+      case StmtKind::kOutput:
+        emit(eval(*s.expr, scope).str());
+        return Flow::kNormal;
       case StmtKind::kIf:
         for (const auto& br : s.branches) {
           if (eval(*br.first, scope).truthy()) return exec_body(br.second, scope);
         }
         return exec_body(s.else_body, scope);
-      case StmtKind::kFor: return exec_for(s, scope);
-      case StmtKind::kSet: assign(s.target, eval(*s.expr, scope), scope); return Flow::kNormal;
+      case StmtKind::kFor:
+        return exec_for(s, scope);
+      case StmtKind::kSet:
+        assign(s.target, eval(*s.expr, scope), scope);
+        return Flow::kNormal;
       case StmtKind::kSetBlock: {
         Value v(capture(s.body, scope));
         if (s.expr) v = apply_filter_chain(*s.expr, v, scope);
         assign(s.target, v, scope);
         return Flow::kNormal;
       }
-      case StmtKind::kMacro: scope.vars[s.text] = make_macro(s); return Flow::kNormal;
+      case StmtKind::kMacro:
+        scope.vars[s.text] = make_macro(s);
+        return Flow::kNormal;
       case StmtKind::kCallBlock: {
         // `caller` renders in this scope, which dies with this statement: a caller smuggled out
         // (e.g. stored on a namespace) must fail instead of touching a dead scope.
@@ -237,9 +245,12 @@ class Interp {
         for (const auto& kv : s.assigns) inner.vars[kv.first] = eval(*kv.second, scope);
         return exec_body(s.body, inner);
       }
-      case StmtKind::kBreak: return Flow::kBreak;
-      case StmtKind::kContinue: return Flow::kContinue;
-      case StmtKind::kScope: return exec_body(s.body, scope);
+      case StmtKind::kBreak:
+        return Flow::kBreak;
+      case StmtKind::kContinue:
+        return Flow::kContinue;
+      case StmtKind::kScope:
+        return exec_body(s.body, scope);
     }
     return Flow::kNormal;
   }
@@ -287,7 +298,8 @@ class Interp {
             }));
       d.set("changed", Value::function("loop.changed", [changed_state](const CallArgs& a) {
               Value cur = Value::list(a.args);
-              if (changed_state->first && values_equal(changed_state->second, cur)) return Value(false);
+              if (changed_state->first && values_equal(changed_state->second, cur))
+                return Value(false);
               changed_state->first = true;
               changed_state->second = cur;
               return Value(true);
@@ -304,9 +316,8 @@ class Interp {
   // template's root scope, as jinja2 macros see the template globals.
   Value make_macro(const Stmt& s) {
     const Stmt* stmt = &s;
-    return Value::function(s.text, [this, stmt](const CallArgs& a) {
-      return call_macro(*stmt, root_, a, nullptr);
-    });
+    return Value::function(
+        s.text, [this, stmt](const CallArgs& a) { return call_macro(*stmt, root_, a, nullptr); });
   }
 
   Value call_macro(const Stmt& s, Scope& parent, const CallArgs& a, const Value* caller) {
@@ -335,9 +346,9 @@ class Interp {
     }
     for (const auto& p : s.params) {
       if (inner.vars.count(p.name)) continue;
-      inner.vars[p.name] = p.default_value ? eval(*p.default_value, inner)
-                                           : Value::undefined(str("parameter '", p.name,
-                                                                  "' was not provided"));
+      inner.vars[p.name] = p.default_value
+                               ? eval(*p.default_value, inner)
+                               : Value::undefined(str("parameter '", p.name, "' was not provided"));
     }
     inner.vars["varargs"] = Value::list(std::move(varargs));
     inner.vars["kwargs"] = kwargs;
@@ -387,7 +398,8 @@ class Interp {
 
   Value eval(const Expr& e, Scope& scope) {
     switch (e.kind) {
-      case ExprKind::kConst: return e.value;
+      case ExprKind::kConst:
+        return e.value;
       case ExprKind::kName: {
         const Value* v = scope.lookup(e.name);
         return v ? *v : Value::undefined(str("'", e.name, "' is undefined"));
@@ -405,14 +417,18 @@ class Interp {
           d.as_dict().set(eval(*e.keys[i], scope), eval(*e.items[i], scope));
         return d;
       }
-      case ExprKind::kGetattr: return get_attr(eval(*e.a, scope), e.name);
-      case ExprKind::kGetitem: return get_item(eval(*e.a, scope), eval(*e.b, scope));
+      case ExprKind::kGetattr:
+        return get_attr(eval(*e.a, scope), e.name);
+      case ExprKind::kGetitem:
+        return get_item(eval(*e.a, scope), eval(*e.b, scope));
       case ExprKind::kSlice: {
         auto part = [&](const ExprPtr& p) { return p ? eval(*p, scope) : Value::none(); };
         return get_slice(eval(*e.a, scope), part(e.b), part(e.c), part(e.d));
       }
-      case ExprKind::kCall: return eval_call(e, scope, nullptr);
-      case ExprKind::kFilter: return apply_filter(e.name, eval(*e.a, scope), eval_args(e, scope));
+      case ExprKind::kCall:
+        return eval_call(e, scope, nullptr);
+      case ExprKind::kFilter:
+        return apply_filter(e.name, eval(*e.a, scope), eval_args(e, scope));
       case ExprKind::kTest: {
         bool r = apply_test(e.name, eval(*e.a, scope), eval_args(e, scope));
         return Value(e.negate ? !r : r);
@@ -464,8 +480,9 @@ class Interp {
       case ExprKind::kCondExpr: {
         if (eval(*e.b, scope).truthy()) return eval(*e.a, scope);
         return e.c ? eval(*e.c, scope)
-                   : Value::undefined("the inline if-expression evaluated to false and no else "
-                                      "section was defined");
+                   : Value::undefined(
+                         "the inline if-expression evaluated to false and no else "
+                         "section was defined");
       }
     }
     return Value();

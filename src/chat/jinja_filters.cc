@@ -38,11 +38,16 @@ Value key_of(const Value& v, const Value* attribute, bool case_sensitive) {
 
 int64_t length_of(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(utf8_length(v.as_string()));
-    case Value::Kind::kList: return static_cast<int64_t>(v.as_list().items.size());
-    case Value::Kind::kDict: return static_cast<int64_t>(v.as_dict().items.size());
-    default: throw Error(str("object of type '", v.type_name(), "' has no len()"));
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return static_cast<int64_t>(utf8_length(v.as_string()));
+    case Value::Kind::kList:
+      return static_cast<int64_t>(v.as_list().items.size());
+    case Value::Kind::kDict:
+      return static_cast<int64_t>(v.as_dict().items.size());
+    default:
+      throw Error(str("object of type '", v.type_name(), "' has no len()"));
   }
 }
 
@@ -50,12 +55,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -71,7 +87,8 @@ Value do_tojson(const Value& v, const CallArgs& a) {
       opt.indent = indent->as_string();
     } else {
       DFL_CHECK(indent->is_int() || indent->is_bool(), "tojson indent must be int or str");
-      opt.indent = std::string(static_cast<size_t>(std::clamp<int64_t>(indent->as_int(), 0, 64)), ' ');
+      opt.indent =
+          std::string(static_cast<size_t>(std::clamp<int64_t>(indent->as_int(), 0, 64)), ' ');
     }
     opt.item_sep = ",";
   }
@@ -137,9 +154,9 @@ Value do_round(const Value& v, const CallArgs& a) {
     char buf[512];
     std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(std::max<int64_t>(prec, 0)),
                   v.as_float());
-    double r = prec >= 0 ? std::strtod(buf, nullptr)
-                         : std::nearbyint(v.as_float() / std::pow(10.0, -prec)) *
-                               std::pow(10.0, -prec);
+    double r = prec >= 0
+                   ? std::strtod(buf, nullptr)
+                   : std::nearbyint(v.as_float() / std::pow(10.0, -prec)) * std::pow(10.0, -prec);
     return Value(r);
   }
   DFL_CHECK(method == "ceil" || method == "floor", "method must be common, ceil or floor");
@@ -151,9 +168,12 @@ Value do_round(const Value& v, const CallArgs& a) {
 Value do_indent(const Value& v, const CallArgs& a) {
   std::string ind = "    ";
   if (const Value* w = a.get(0, "width"))
-    ind = w->is_string() ? w->as_string()
-                         : std::string(static_cast<size_t>(std::clamp<int64_t>(w->as_int(), 0, 256)), ' ');
+    ind = w->is_string()
+              ? w->as_string()
+              : std::string(static_cast<size_t>(std::clamp<int64_t>(w->as_int(), 0, 256)), ' ');
   bool first = flag(a, 1, "first"), blank = flag(a, 2, "blank");
+  if (v.is_undefined()) throw_undefined(v);
+  DFL_CHECK(v.is_string(), "indent: a string is required, not ", v.type_name());
   std::vector<std::string> lines = py_splitlines(v.str() + "\n", false);
   std::string rv;
   if (blank) {
@@ -200,7 +220,7 @@ Value do_select(const Value& v, const CallArgs& a, bool want, bool by_attr) {
     bool r = has_test ? apply_test(test, x, targs) : x.truthy();
     if (r == want) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value do_map(const Value& v, const CallArgs& a) {
@@ -216,7 +236,7 @@ Value do_map(const Value& v, const CallArgs& a) {
       Value x = attr_path(item, attribute->str());
       out.push_back(x.is_undefined() && dflt ? *dflt : x);
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
   }
   DFL_CHECK(!a.args.empty(), "map: a filter name or attribute= is required");
   std::string filter = a.args[0].str();
@@ -224,20 +244,23 @@ Value do_map(const Value& v, const CallArgs& a) {
   fargs.args.assign(a.args.begin() + 1, a.args.end());
   fargs.kwargs = a.kwargs;
   for (const auto& item : iterate(v)) out.push_back(apply_filter(filter, item, fargs));
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 const char* const kFilters[] = {
-    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
-    "escape", "first", "float", "format", "indent", "int", "items", "join", "last", "length",
-    "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round",
-    "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique",
-    "upper", "wordcount"};
+    "abs",     "attr",     "batch",  "capitalize", "center",     "count",      "d",
+    "default", "dictsort", "e",      "escape",     "first",      "float",      "format",
+    "indent",  "int",      "items",  "join",       "last",       "length",     "list",
+    "lower",   "map",      "max",    "min",        "reject",     "rejectattr", "replace",
+    "reverse", "round",    "safe",   "select",     "selectattr", "sort",       "string",
+    "sum",     "title",    "tojson", "trim",       "unique",     "upper",      "wordcount"};
 const char* const kTests[] = {
-    "defined", "undefined", "none", "boolean", "true", "false", "integer", "float", "number",
-    "string", "mapping", "iterable", "sequence", "callable", "sameas", "eq", "equalto", "==",
-    "ne", "!=", "lt", "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in",
-    "divisibleby", "even", "odd", "lower", "upper", "escaped"};
+    "defined",  "undefined", "none",    "boolean",     "true",     "false",       "integer",
+    "float",    "number",    "string",  "mapping",     "iterable", "sequence",    "callable",
+    "sameas",   "eq",        "equalto", "==",          "ne",       "!=",          "lt",
+    "lessthan", "<",         "le",      "<=",          "gt",       "greaterthan", ">",
+    "ge",       ">=",        "in",      "divisibleby", "even",     "odd",         "lower",
+    "upper",    "escaped"};
 
 }  // namespace
 
@@ -262,8 +285,8 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   if (name == "string") return v.is_string() ? v : Value(v.str());
   if (name == "trim") {
     const Value* chars = a.get(0, "chars");
-    return Value(py_strip(v.str(), chars && !chars->is_none() ? std::optional(chars->str())
-                                                               : std::nullopt,
+    return Value(py_strip(v.str(),
+                          chars && !chars->is_none() ? std::optional(chars->str()) : std::nullopt,
                           true, true));
   }
   if (name == "lower") return Value(py_lower(v.str()));
@@ -297,9 +320,9 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     return name == "first" ? items.front() : items.back();
   }
   if (name == "items") {
-    if (v.is_undefined()) return Value::list();
+    if (v.is_undefined()) return Value::generator({});
     DFL_CHECK(v.is_dict(), "items filter: can only get item pairs from a mapping");
-    return *call_method(v, "items", CallArgs{});
+    return Value::generator(call_method(v, "items", CallArgs{})->as_list().items);
   }
   if (name == "list") return Value::list(iterate(v));
   if (name == "reverse") {
@@ -310,13 +333,14 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     }
     std::vector<Value> items = iterate(v);
     std::reverse(items.begin(), items.end());
-    return Value::list(std::move(items));
+    return Value::generator(std::move(items));  // Python's reversed() iterator
   }
   if (name == "int") return do_int(v, a);
   if (name == "float") return do_float(v, a);
   if (name == "abs") {
     DFL_CHECK(v.is_number(), "bad operand type for abs(): '", v.type_name(), "'");
-    return v.is_float() ? Value(std::fabs(v.as_float())) : Value(static_cast<int64_t>(std::llabs(v.as_int())));
+    return v.is_float() ? Value(std::fabs(v.as_float()))
+                        : Value(static_cast<int64_t>(std::llabs(v.as_int())));
   }
   if (name == "round") return do_round(v, a);
   if (name == "indent") return do_indent(v, a);
@@ -357,7 +381,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
       seen.push_back(k);
       out.push_back(item);
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
   }
   if (name == "min" || name == "max") {
     std::vector<Value> items = iterate(v);
@@ -376,7 +400,8 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     const Value* start = a.get(1, "start");
     Value acc = start ? *start : Value(0);
     for (const auto& item : iterate(v))
-      acc = binary_op("+", acc, attribute && !attribute->is_none() ? attr_path(item, attribute->str()) : item);
+      acc = binary_op(
+          "+", acc, attribute && !attribute->is_none() ? attr_path(item, attribute->str()) : item);
     return acc;
   }
   if (name == "map") return do_map(v, a);
@@ -409,7 +434,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
         while (static_cast<int64_t>(cur.size()) < n->as_int()) cur.push_back(*fill);
       out.push_back(Value::list(std::move(cur)));
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
   }
   if (name == "center") {
     const Value* w = a.get(0, "width");
@@ -422,8 +447,15 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     return Value(std::string(static_cast<size_t>(left), ' ') + s +
                  std::string(static_cast<size_t>(pad - left), ' '));
   }
-  if (name == "wordcount") {
-    return Value(static_cast<int64_t>(py_split(v.str(), std::nullopt, -1, false).size()));
+  if (name == "wordcount") {  // len(re.findall(r"\w+", s))
+    int64_t n = 0;
+    bool in_word = false;
+    for (char32_t c : utf8_decode(v.str())) {
+      bool w = c == '_' || (c < 0x80 ? std::isalnum(static_cast<int>(c)) != 0 : !py_isspace(c));
+      if (w && !in_word) ++n;
+      in_word = w;
+    }
+    return Value(n);
   }
   throw Error(str("no filter named '", name, "'"));
 }
@@ -465,11 +497,12 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
     return r.is_number() && r.as_float() == 0.0;
   }
   if (name == "even" || name == "odd") {
-    DFL_CHECK(v.is_int() || v.is_bool(), "test '", name, "' needs an integer");
-    return (v.as_int() % 2 == 0) == (name == "even");
+    Value r = binary_op("%", v, Value(2));
+    return r.is_number() && r.as_float() == (name == "even" ? 0.0 : 1.0);
   }
-  if (name == "lower") return v.str() == py_lower(v.str());
-  if (name == "upper") return v.str() == py_upper(v.str());
+  if (name == "lower" || name == "upper")  // str.islower() / str.isupper()
+    return call_method(Value(v.str()), name == "lower" ? "islower" : "isupper", CallArgs{})
+        ->truthy();
   if (name == "escaped") return false;
   throw Error(str("no test named '", name, "'"));
 }

@@ -74,19 +74,44 @@ std::string unescape(const std::string& body, int line) {
       return v;
     };
     switch (e) {
-      case '\n': break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
-      case 'x': utf8_append(out, hex(2)); break;
-      case 'u': utf8_append(out, hex(4)); break;
+      case '\n':
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'x':
+        utf8_append(out, hex(2));
+        break;
+      case 'u':
+        utf8_append(out, hex(4));
+        break;
       case 'U': {
         char32_t v = hex(8);
         if (v > 0x10FFFF) throw_syntax_error(line, "illegal Unicode character in string literal");
@@ -161,8 +186,7 @@ class Lexer {
  private:
   size_t find_tag(size_t pos) const {
     for (size_t i = s_.find('{', pos); i != std::string::npos; i = s_.find('{', i + 1)) {
-      if (i + 1 < s_.size() && (s_[i + 1] == '{' || s_[i + 1] == '%' || s_[i + 1] == '#'))
-        return i;
+      if (i + 1 < s_.size() && (s_[i + 1] == '{' || s_[i + 1] == '%' || s_[i + 1] == '#')) return i;
     }
     return std::string::npos;
   }
@@ -294,7 +318,8 @@ class Lexer {
         } else if (op == ")" || op == "]" || op == "}") {
           if (balance.empty()) throw_syntax_error(line_, str("unexpected '", op, "'"));
           if (balance.back() != op[0])
-            throw_syntax_error(line_, str("unexpected '", op, "', expected '", balance.back(), "'"));
+            throw_syntax_error(line_,
+                               str("unexpected '", op, "', expected '", balance.back(), "'"));
           balance.pop_back();
         }
         push(TokKind::kOp, op, line_);
@@ -307,8 +332,8 @@ class Lexer {
   // Digits with optional "_" separators, as jinja2's integer_re/float_re.
   size_t digits(size_t pos) const {
     size_t e = pos;
-    while (e < s_.size() && (is_digit(s_[e]) || (s_[e] == '_' && e + 1 < s_.size() &&
-                                                 is_digit(s_[e + 1]) && e > pos)))
+    while (e < s_.size() && (is_digit(s_[e]) ||
+                             (s_[e] == '_' && e + 1 < s_.size() && is_digit(s_[e + 1]) && e > pos)))
       ++e;
     return e;
   }
@@ -319,8 +344,9 @@ class Lexer {
       char k = static_cast<char>(std::tolower(s_[pos + 1]));
       int base = k == 'x' ? 16 : (k == 'o' ? 8 : 2);
       auto ok = [&](char c) {
-        int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
-                : std::isalpha(static_cast<unsigned char>(c)) ? std::tolower(c) - 'a' + 10 : 99;
+        int d = std::isdigit(static_cast<unsigned char>(c))   ? c - '0'
+                : std::isalpha(static_cast<unsigned char>(c)) ? std::tolower(c) - 'a' + 10
+                                                              : 99;
         return d < base;
       };
       size_t e = pos + 2;

@@ -82,7 +82,8 @@ Value str_list(std::vector<std::string> parts) {
 bool affix_match(const std::string& s, const Value& affix, bool prefix) {
   auto one = [&](const std::string& x) {
     if (x.size() > s.size()) return false;
-    return prefix ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
+    return prefix ? s.compare(0, x.size(), x) == 0
+                  : s.compare(s.size() - x.size(), x.size(), x) == 0;
   };
   if (affix.is_string()) return one(affix.as_string());
   DFL_CHECK(affix.is_list(), "startswith/endswith first arg must be str or a tuple of str");
@@ -164,8 +165,8 @@ std::optional<Value> string_method(const std::string& s, const std::string& name
   if (name == "strip" || name == "lstrip" || name == "rstrip")
     return Value(py_strip(s, opt_str(a, 0, "chars"), name != "rstrip", name != "lstrip"));
   if (name == "split" || name == "rsplit")
-    return str_list(py_split(s, opt_str(a, 0, "sep"), opt_int(a, 1, "maxsplit", -1),
-                             name == "rsplit"));
+    return str_list(
+        py_split(s, opt_str(a, 0, "sep"), opt_int(a, 1, "maxsplit", -1), name == "rsplit"));
   if (name == "splitlines") {
     const Value* k = a.get(0, "keepends");
     return str_list(py_splitlines(s, k && k->truthy()));
@@ -208,7 +209,8 @@ std::optional<Value> string_method(const std::string& s, const std::string& name
   if (name == "removeprefix" || name == "removesuffix") {
     const std::string& x = arg_str(a, 0, "affix", name.c_str());
     if (x.size() <= s.size()) {
-      if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) return Value(s.substr(x.size()));
+      if (name == "removeprefix" && s.compare(0, x.size(), x) == 0)
+        return Value(s.substr(x.size()));
       if (name == "removesuffix" && s.compare(s.size() - x.size(), x.size(), x) == 0)
         return Value(s.substr(0, s.size() - x.size()));
     }
@@ -286,6 +288,8 @@ Value get_item(const Value& obj, const Value& key) {
     if (const Value* v = obj.as_dict().find(key)) return *v;
     return Value::undefined(hint_missing(obj, key.repr()));
   }
+  if (obj.is_list() && obj.as_list().is_generator)
+    return Value::undefined("'generator' object is not subscriptable");
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t i = key.as_int();
     if (obj.is_list()) {
@@ -324,7 +328,7 @@ Value get_slice(const Value& obj, const Value& vstart, const Value& vstop, const
       idx->push_back(static_cast<size_t>(i));
   };
   std::vector<size_t> idx;
-  if (obj.is_list()) {
+  if (obj.is_list() && !obj.as_list().is_generator) {
     const auto& items = obj.as_list().items;
     pick(static_cast<int64_t>(items.size()), &idx);
     std::vector<Value> out;
@@ -339,13 +343,18 @@ Value get_slice(const Value& obj, const Value& vstart, const Value& vstop, const
     for (size_t i : idx) out.push_back(u[i]);
     return Value(utf8_encode(out));
   }
+  // jinja2 turns a failed subscript into undefined, except where Python raises a TypeError that
+  // escapes its lookup (a dict cannot hash a slice).
+  DFL_CHECK(!obj.is_dict(), "unhashable type: 'slice'");
   return Value::undefined(str("'", obj.type_name(), "' object is not subscriptable"));
 }
 
 std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: return v.as_list().items;
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      return v.as_list().items;
     case Value::Kind::kDict: {
       std::vector<Value> keys;
       for (const auto& kv : v.as_dict().items) keys.push_back(kv.first);
@@ -360,13 +369,15 @@ std::vector<Value> iterate(const Value& v) {
       }
       return out;
     }
-    default: throw Error(str("'", v.type_name(), "' object is not iterable"));
+    default:
+      throw Error(str("'", v.type_name(), "' object is not iterable"));
   }
 }
 
 bool contains(const Value& container, const Value& item) {
   switch (container.kind()) {
-    case Value::Kind::kUndefined: return false;
+    case Value::Kind::kUndefined:
+      return false;
     case Value::Kind::kString:
       if (item.is_undefined()) throw_undefined(item);
       DFL_CHECK(item.is_string(), "'in <string>' requires string as left operand, not ",
@@ -376,7 +387,8 @@ bool contains(const Value& container, const Value& item) {
       for (const auto& v : container.as_list().items)
         if (values_equal(v, item)) return true;
       return false;
-    case Value::Kind::kDict: return container.as_dict().find(item) != nullptr;
+    case Value::Kind::kDict:
+      return container.as_dict().find(item) != nullptr;
     default:
       throw Error(str("argument of type '", container.type_name(), "' is not iterable"));
   }
@@ -411,7 +423,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "*") {
     if (ints) return Value(mul_ck(a.as_int(), b.as_int()));
     if (nums) return Value(a.as_float() * b.as_float());
-    const Value* seq = a.is_string() || a.is_list() ? &a : (b.is_string() || b.is_list() ? &b : nullptr);
+    const Value* seq =
+        a.is_string() || a.is_list() ? &a : (b.is_string() || b.is_list() ? &b : nullptr);
     const Value* cnt = seq == &a ? &b : &a;
     if (!seq || !(cnt->is_int() || cnt->is_bool())) return type_error();
     int64_t n = std::max<int64_t>(cnt->as_int(), 0);
@@ -471,8 +484,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
 }
 
 std::string percent_format(const std::string& fmt, const Value& args) {
-  std::vector<Value> list = args.is_list() && args.as_list().is_tuple ? args.as_list().items
-                                                                     : std::vector<Value>{args};
+  std::vector<Value> list =
+      args.is_list() && args.as_list().is_tuple ? args.as_list().items : std::vector<Value>{args};
   std::string out;
   size_t next = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
@@ -489,8 +502,12 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     DFL_CHECK(next < list.size(), "not enough arguments for format string");
     const Value& v = list[next++];
     switch (c) {
-      case 's': out += v.str(); break;
-      case 'r': out += v.repr(); break;
+      case 's':
+        out += v.str();
+        break;
+      case 'r':
+        out += v.repr();
+        break;
       case 'd':
       case 'i':
         DFL_CHECK(v.is_number(), "%d format: a real number is required, not ", v.type_name());
@@ -510,10 +527,14 @@ std::string percent_format(const std::string& fmt, const Value& args) {
         out += buf;
         break;
       }
-      default: throw Error(str("unsupported format character '", c, "'"));
+      default:
+        throw Error(str("unsupported format character '", c, "'"));
     }
   }
-  DFL_CHECK(next >= list.size() || !(args.is_list() && args.as_list().is_tuple),
+  // Python: leftover arguments are an error, except for a single non-tuple argument that
+  // supports indexing (list, dict: treated as a mapping for %(name)s).
+  bool mapping_like = args.is_dict() || (args.is_list() && !args.as_list().is_tuple);
+  DFL_CHECK(next >= list.size() || (mapping_like && next == 0),
             "not all arguments converted during string formatting");
   return out;
 }

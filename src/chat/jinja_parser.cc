@@ -39,14 +39,22 @@ class Parser {
   }
   static std::string describe(const Token& t) {
     switch (t.kind) {
-      case TokKind::kEof: return "end of template";
-      case TokKind::kBlockEnd: return "end of statement block";
-      case TokKind::kVarEnd: return "end of print statement";
-      case TokKind::kBlockBegin: return "begin of statement block";
-      case TokKind::kVarBegin: return "begin of print statement";
-      case TokKind::kData: return "template data";
-      case TokKind::kString: return "string";
-      default: return "'" + t.text + "'";
+      case TokKind::kEof:
+        return "end of template";
+      case TokKind::kBlockEnd:
+        return "end of statement block";
+      case TokKind::kVarEnd:
+        return "end of print statement";
+      case TokKind::kBlockBegin:
+        return "begin of statement block";
+      case TokKind::kVarBegin:
+        return "begin of print statement";
+      case TokKind::kData:
+        return "template data";
+      case TokKind::kString:
+        return "string";
+      default:
+        return "'" + t.text + "'";
     }
   }
   [[noreturn]] void fail(const std::string& msg) const { throw_syntax_error(cur().line, msg); }
@@ -84,7 +92,8 @@ class Parser {
       if (t.kind == TokKind::kEof) {
         if (end_names.size() == 0) return body;
         std::string want;
-        for (const char* n : end_names) want += (want.empty() ? "'" : " or '") + std::string(n) + "'";
+        for (const char* n : end_names)
+          want += (want.empty() ? "'" : " or '") + std::string(n) + "'";
         fail("unexpected end of template; expected " + want);
       }
       if (t.kind == TokKind::kData) {
@@ -159,8 +168,7 @@ class Parser {
     if (tag == "break" || tag == "continue") {
       if (loop_depth_ == 0) throw_syntax_error(line, str("'", tag, "' outside of a loop"));
       expect_block_end();
-      return std::make_unique<Stmt>(tag == "break" ? StmtKind::kBreak : StmtKind::kContinue,
-                                    line);
+      return std::make_unique<Stmt>(tag == "break" ? StmtKind::kBreak : StmtKind::kContinue, line);
     }
     if (tag == "generation") {
       auto s = std::make_unique<Stmt>(StmtKind::kScope, line);
@@ -607,10 +615,14 @@ class Parser {
       args.push_back(parse_subscribed());
     }
     expect_op("]");
+    if (args.empty()) throw_syntax_error(line, "expected a subscript");
     ExprPtr arg;
     if (args.size() == 1) {
       arg = std::move(args[0]);
     } else {
+      for (const auto& x : args)
+        if (x->kind == ExprKind::kSlice)
+          throw_syntax_error(line, "multi-dimensional slices are not supported");
       arg = std::make_unique<Expr>(ExprKind::kTuple, line);
       arg->items = std::move(args);
     }
@@ -704,9 +716,8 @@ class Parser {
     const Token& t = cur();
     if (is_op("(")) {
       parse_call_args(e.get());
-    } else if ((t.kind == TokKind::kName || t.kind == TokKind::kString ||
-                t.kind == TokKind::kInt || t.kind == TokKind::kFloat || is_op("[") ||
-                is_op("{")) &&
+    } else if ((t.kind == TokKind::kName || t.kind == TokKind::kString || t.kind == TokKind::kInt ||
+                t.kind == TokKind::kFloat || is_op("[") || is_op("{")) &&
                !is_name("else") && !is_name("or") && !is_name("and")) {
       if (is_name("is")) fail("You cannot chain multiple tests with is");
       e->items.push_back(parse_postfix(parse_primary()));

@@ -191,8 +191,7 @@ char32_t title_cp(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(c)
 
 bool is_cased(char32_t c) {
   auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL ||
-         cat == UTF8PROC_CATEGORY_LT;
+  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
 }
 
 }  // namespace
@@ -260,8 +259,7 @@ int64_t py_find(const std::string& s, const std::string& sub, bool from_right) {
 int64_t py_count(const std::string& s, const std::string& sub) {
   if (sub.empty()) return static_cast<int64_t>(utf8_length(s)) + 1;
   int64_t n = 0;
-  for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size()))
-    ++n;
+  for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
   return n;
 }
 
@@ -278,8 +276,10 @@ bool py_isprintable(char32_t c) {
     case UTF8PROC_CATEGORY_CN:
     case UTF8PROC_CATEGORY_ZL:
     case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS: return false;
-    default: return true;
+    case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
   }
 }
 
@@ -325,14 +325,29 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
   auto escape_cp = [&](char32_t c) {
     switch (c) {
-      case '"': out += "\\\""; return;
-      case '\\': out += "\\\\"; return;
-      case '\n': out += "\\n"; return;
-      case '\r': out += "\\r"; return;
-      case '\t': out += "\\t"; return;
-      case '\b': out += "\\b"; return;
-      case '\f': out += "\\f"; return;
-      default: break;
+      case '"':
+        out += "\\\"";
+        return;
+      case '\\':
+        out += "\\\\";
+        return;
+      case '\n':
+        out += "\\n";
+        return;
+      case '\r':
+        out += "\\r";
+        return;
+      case '\t':
+        out += "\\t";
+        return;
+      case '\b':
+        out += "\\b";
+        return;
+      case '\f':
+        out += "\\f";
+        return;
+      default:
+        break;
     }
     if (c < 0x20 || (ensure_ascii && c >= 0x7f)) {
       if (c >= 0x10000) {
@@ -363,11 +378,16 @@ std::string json_float(double v) {
 
 std::string json_key(const Value& k) {
   switch (k.kind()) {
-    case Value::Kind::kString: return k.as_string();
-    case Value::Kind::kBool: return k.as_bool() ? "true" : "false";
-    case Value::Kind::kNone: return "null";
-    case Value::Kind::kInt: return std::to_string(k.as_int());
-    case Value::Kind::kFloat: return json_float(k.as_float());
+    case Value::Kind::kString:
+      return k.as_string();
+    case Value::Kind::kBool:
+      return k.as_bool() ? "true" : "false";
+    case Value::Kind::kNone:
+      return "null";
+    case Value::Kind::kInt:
+      return std::to_string(k.as_int());
+    case Value::Kind::kFloat:
+      return json_float(k.as_float());
     default:
       throw Error(str("keys must be str, int, float, bool or None, not ", k.type_name()));
   }
@@ -380,12 +400,23 @@ void dump(std::string& out, const Value& v, const JsonDumpOptions& opt, int dept
     for (int i = 0; i < d; ++i) out += opt.indent;
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: out += "null"; return;
-    case Value::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
-    case Value::Kind::kInt: out += std::to_string(v.as_int()); return;
-    case Value::Kind::kFloat: out += json_float(v.as_float()); return;
-    case Value::Kind::kString: json_string(out, v.as_string(), opt.ensure_ascii); return;
+    case Value::Kind::kNone:
+      out += "null";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
+    case Value::Kind::kFloat:
+      out += json_float(v.as_float());
+      return;
+    case Value::Kind::kString:
+      json_string(out, v.as_string(), opt.ensure_ascii);
+      return;
     case Value::Kind::kList: {
+      DFL_CHECK(!v.as_list().is_generator, "Object of type generator is not JSON serializable");
       const auto& items = v.as_list().items;
       if (items.empty()) {
         out += "[]";

@@ -58,6 +58,12 @@ Value Value::list(std::vector<Value> items, bool is_tuple) {
   return Value(std::move(l));
 }
 
+Value Value::generator(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  v.list_->is_generator = true;
+  return v;
+}
+
 Value Value::dict() { return Value(std::make_shared<Dict>()); }
 
 Value Value::function(std::string name, NativeFn fn) {
@@ -72,13 +78,18 @@ namespace {
 template <typename Json>
 Value value_from_json(const Json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return Value::none();
-    case nlohmann::json::value_t::boolean: return Value(j.template get<bool>());
-    case nlohmann::json::value_t::number_integer: return Value(j.template get<int64_t>());
+    case nlohmann::json::value_t::null:
+      return Value::none();
+    case nlohmann::json::value_t::boolean:
+      return Value(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return Value(j.template get<int64_t>());
     case nlohmann::json::value_t::number_unsigned:
       return Value(static_cast<int64_t>(j.template get<uint64_t>()));
-    case nlohmann::json::value_t::number_float: return Value(j.template get<double>());
-    case nlohmann::json::value_t::string: return Value(j.template get<std::string>());
+    case nlohmann::json::value_t::number_float:
+      return Value(j.template get<double>());
+    case nlohmann::json::value_t::string:
+      return Value(j.template get<std::string>());
     case nlohmann::json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
@@ -91,7 +102,8 @@ Value value_from_json(const Json& j) {
         d.as_dict().items.emplace_back(Value(it.key()), value_from_json(it.value()));
       return d;
     }
-    default: return Value::none();  // binary / discarded: not produced by JSON parsing
+    default:
+      return Value::none();  // binary / discarded: not produced by JSON parsing
   }
 }
 
@@ -103,14 +115,21 @@ Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
+    case Kind::kNone:
+      return false;
     case Kind::kBool:
-    case Kind::kInt: return i_ != 0;
-    case Kind::kFloat: return f_ != 0.0;
-    case Kind::kString: return !s_.empty();
-    case Kind::kList: return !list_->items.empty();
-    case Kind::kDict: return !dict_->items.empty();
-    case Kind::kFunction: return true;
+    case Kind::kInt:
+      return i_ != 0;
+    case Kind::kFloat:
+      return f_ != 0.0;
+    case Kind::kString:
+      return !s_.empty();
+    case Kind::kList:
+      return list_->is_generator || !list_->items.empty();
+    case Kind::kDict:
+      return !dict_->items.empty();
+    case Kind::kFunction:
+      return true;
   }
   return false;
 }
@@ -150,22 +169,32 @@ std::string python_float_repr(double v) {
 
 std::string Value::str() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kString: return s_;
-    default: return repr();
+    case Kind::kUndefined:
+      return "";
+    case Kind::kString:
+      return s_;
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return i_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(i_);
-    case Kind::kFloat: return python_float_repr(f_);
-    case Kind::kString: return py_repr_string(s_);
+    case Kind::kUndefined:
+      return "Undefined";  // repr(jinja2.Undefined()); str() is ""
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return i_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(i_);
+    case Kind::kFloat:
+      return python_float_repr(f_);
+    case Kind::kString:
+      return py_repr_string(s_);
     case Kind::kList: {
       const auto& l = *list_;
+      if (l.is_generator) return "<generator object>";
       std::string out = l.is_tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
@@ -186,19 +215,26 @@ std::string Value::repr() const {
       out += dict_->is_namespace ? "}>" : "}";
       return out;
     }
-    case Kind::kFunction: return "<function " + fn_->name + ">";
+    case Kind::kFunction:
+      return "<function " + fn_->name + ">";
   }
   return "";
 }
 
 nlohmann::ordered_json Value::to_json() const {
   switch (kind_) {
-    case Kind::kNone: return nullptr;
-    case Kind::kBool: return i_ != 0;
-    case Kind::kInt: return i_;
-    case Kind::kFloat: return f_;
-    case Kind::kString: return s_;
+    case Kind::kNone:
+      return nullptr;
+    case Kind::kBool:
+      return i_ != 0;
+    case Kind::kInt:
+      return i_;
+    case Kind::kFloat:
+      return f_;
+    case Kind::kString:
+      return s_;
     case Kind::kList: {
+      if (list_->is_generator) throw Error("Object of type generator is not JSON serializable");
       auto arr = nlohmann::ordered_json::array();
       for (const auto& e : list_->items) arr.push_back(e.to_json());
       return arr;
@@ -208,21 +244,31 @@ nlohmann::ordered_json Value::to_json() const {
       for (const auto& kv : dict_->items) obj[kv.first.str()] = kv.second.to_json();
       return obj;
     }
-    default: throw Error(dfl::str("value of type ", type_name(), " is not JSON serializable"));
+    default:
+      throw Error(dfl::str("value of type ", type_name(), " is not JSON serializable"));
   }
 }
 
 const char* Value::type_name() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return list_->is_tuple ? "tuple" : "list";
-    case Kind::kDict: return dict_->is_namespace ? "Namespace" : "dict";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return list_->is_generator ? "generator" : (list_->is_tuple ? "tuple" : "list");
+    case Kind::kDict:
+      return dict_->is_namespace ? "Namespace" : "dict";
+    case Kind::kFunction:
+      return "function";
   }
   return "?";
 }
@@ -235,9 +281,12 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.as_string() == b.as_string();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.as_string() == b.as_string();
     case Value::Kind::kList: {
+      if (a.as_list().is_generator || b.as_list().is_generator) return a.list_ptr() == b.list_ptr();
       const auto& x = a.as_list().items;
       const auto& y = b.as_list().items;
       if (a.as_list().is_tuple != b.as_list().is_tuple || x.size() != y.size()) return false;
@@ -255,8 +304,10 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::Kind::kFunction: return &a.as_function() == &b.as_function();
-    default: return false;
+    case Value::Kind::kFunction:
+      return &a.as_function() == &b.as_function();
+    default:
+      return false;
   }
 }
 
@@ -272,7 +323,7 @@ int values_compare(const Value& a, const Value& b) {
     int c = a.as_string().compare(b.as_string());  // UTF-8 byte order == code point order
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
-  if (a.is_list() && b.is_list()) {
+  if (a.is_list() && b.is_list() && a.as_list().is_tuple == b.as_list().is_tuple) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {

@@ -26,6 +26,9 @@ class Value;
 struct List {
   std::vector<Value> items;
   bool is_tuple = false;
+  // A Python generator (what select/map/unique/... return in jinja2): always truthy, not
+  // subscriptable, prints as "<generator object>". Iterating, |list, |length work as for lists.
+  bool is_generator = false;
 };
 
 // Insertion-ordered mapping. Lookup is a linear scan: template dicts are small (messages, tool
@@ -73,6 +76,7 @@ class Value {
   Value(std::shared_ptr<Function> f) : kind_(Kind::kFunction), fn_(std::move(f)) {}
 
   static Value list(std::vector<Value> items = {}, bool is_tuple = false);
+  static Value generator(std::vector<Value> items);
   static Value dict();
   static Value function(std::string name, NativeFn fn);
   // JSON → Value; ordered_json keeps object key order (as Python dicts do), json sorts keys.
@@ -105,10 +109,10 @@ class Value {
   bool truthy() const;
   // Python str(): what {{ value }} prints (undefined prints "").
   std::string str() const;
-  // Python repr(): strings quoted, used inside list/dict reprs.
+  // Python repr(): strings quoted, used inside list/dict reprs; undefined is "Undefined".
   std::string repr() const;
   nlohmann::ordered_json to_json() const;  // throws dfl::Error for undefined/functions
-  const char* type_name() const;   // Python-ish type name for error messages
+  const char* type_name() const;           // Python-ish type name for error messages
 
  private:
   Kind kind_ = Kind::kUndefined;

@@ -50,7 +50,8 @@ std::string case_name(const char* section, int i) {
 }
 
 TEST(ChatGoldens, FixtureLoaded) {
-  ASSERT_TRUE(goldens().contains("conversations")) << "missing tests/fixtures/chat/template_goldens.json";
+  ASSERT_TRUE(goldens().contains("conversations"))
+      << "missing tests/fixtures/chat/template_goldens.json";
   EXPECT_GE(goldens()["conversations"].size(), 30u);
   EXPECT_GE(goldens()["snippets"].size(), 50u);
 }

@@ -1,11 +1,12 @@
 // Unit tests of the Jinja interpreter: values, expressions, filters, loops, whitespace control,
 // errors and limits. Byte-exact agreement with Python jinja2 is in chat_golden_test.cc.
+#include "chat/jinja.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "chat/chat_template.h"
-#include "chat/jinja.h"
 #include "chat/pystr.h"
 #include "chat/value.h"
 #include "core/error.h"
@@ -13,11 +14,13 @@
 namespace dfl::jinja {
 namespace {
 
-std::string render(const std::string& src, const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object()) {
+std::string render(const std::string& src,
+                   const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object()) {
   return Template(src).render(Value::from_json(ctx));
 }
 
-std::string error_of(const std::string& src, const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object()) {
+std::string error_of(const std::string& src,
+                     const nlohmann::ordered_json& ctx = nlohmann::ordered_json::object()) {
   try {
     render(src, ctx);
   } catch (const Error& e) {
@@ -39,7 +42,8 @@ TEST(JinjaValue, PythonFloatRepr) {
 }
 
 TEST(JinjaValue, StrAndRepr) {
-  Value v = Value::from_json(nlohmann::ordered_json::parse(R"({"b": [1, 2.0, "x", null, true], "a": {}})"));
+  Value v = Value::from_json(
+      nlohmann::ordered_json::parse(R"({"b": [1, 2.0, "x", null, true], "a": {}})"));
   EXPECT_EQ(v.str(), "{'b': [1, 2.0, 'x', None, True], 'a': {}}");
   EXPECT_EQ(Value("it's").repr(), "\"it's\"");
   EXPECT_EQ(Value("a\nb\\").repr(), "'a\\nb\\\\'");
@@ -49,7 +53,8 @@ TEST(JinjaValue, StrAndRepr) {
 }
 
 TEST(JinjaValue, JsonDumpsMatchesPython) {
-  Value v = Value::from_json(nlohmann::ordered_json::parse(R"({"z": "ü\n\u0001", "a": [1, 1.5, {}, []]})"));
+  Value v = Value::from_json(
+      nlohmann::ordered_json::parse(R"({"z": "ü\n\u0001", "a": [1, 1.5, {}, []]})"));
   JsonDumpOptions opt;
   EXPECT_EQ(py_json_dumps(v, opt), "{\"z\": \"ü\\n\\u0001\", \"a\": [1, 1.5, {}, []]}");
   opt.ensure_ascii = true;
@@ -83,36 +88,46 @@ TEST(JinjaExpr, AttributeAndItemAccess) {
 }
 
 TEST(JinjaExpr, StringMethods) {
-  EXPECT_EQ(render("{{ s.split('</think>')[-1].lstrip('\\n') }}", {{"s", "<think>x</think>\n\nanswer"}}),
-            "answer");
+  EXPECT_EQ(
+      render("{{ s.split('</think>')[-1].lstrip('\\n') }}", {{"s", "<think>x</think>\n\nanswer"}}),
+      "answer");
   EXPECT_EQ(render("{{ 'abc'.startswith('a') and 'abc'.endswith(('x', 'c')) }}"), "True");
   EXPECT_EQ(render("{{ 'a-b-c'.rsplit('-', 1) }}"), "['a-b', 'c']");
 }
 
 TEST(JinjaFilters, Common) {
-  EXPECT_EQ(render("{{ '  x '|trim }}|{{ 'ab'|upper }}|{{ [1,2]|join('+') }}|{{ none|default('d') }}"),
-            "x|AB|1+2|None");
+  EXPECT_EQ(
+      render("{{ '  x '|trim }}|{{ 'ab'|upper }}|{{ [1,2]|join('+') }}|{{ none|default('d') }}"),
+      "x|AB|1+2|None");
   EXPECT_EQ(render("{{ x|default('d') }}"), "d");
   EXPECT_EQ(render("{{ {'a': 'é'}|tojson }}"), "{\"a\": \"é\"}");
   EXPECT_EQ(render("{{ [1]|tojson(indent=2) }}"), "[\n  1\n]");
-  EXPECT_EQ(render("{{ ms|selectattr('r', 'equalto', 'u')|map(attribute='c')|join }}",
-                   {{"ms", {{{"r", "u"}, {"c", "A"}}, {{"r", "a"}, {"c", "B"}}, {{"r", "u"}, {"c", "C"}}}}}),
-            "AC");
+  EXPECT_EQ(
+      render(
+          "{{ ms|selectattr('r', 'equalto', 'u')|map(attribute='c')|join }}",
+          {{"ms", {{{"r", "u"}, {"c", "A"}}, {{"r", "a"}, {"c", "B"}}, {{"r", "u"}, {"c", "C"}}}}}),
+      "AC");
 }
 
 TEST(JinjaLoops, LoopVariablesAndElse) {
-  EXPECT_EQ(render("{% for x in l %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}",
-                   {{"l", {"a", "b"}}}),
-            "1a,2b");
+  EXPECT_EQ(
+      render(
+          "{% for x in l %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}",
+          {{"l", {"a", "b"}}}),
+      "1a,2b");
   EXPECT_EQ(render("{% for x in [] %}x{% else %}none{% endfor %}"), "none");
-  EXPECT_EQ(render("{% for x in range(5) if x is odd %}{{ x }}{{ loop.length }}{% endfor %}"), "1232");
+  EXPECT_EQ(render("{% for x in range(5) if x is odd %}{{ x }}{{ loop.length }}{% endfor %}"),
+            "1232");
   EXPECT_EQ(render("{% for k, v in {'a': 1}.items() %}{{ k }}{{ v }}{% endfor %}"), "a1");
-  EXPECT_EQ(render("{% for x in range(9) %}{% if x == 3 %}{% break %}{% endif %}{{ x }}{% endfor %}"), "012");
+  EXPECT_EQ(
+      render("{% for x in range(9) %}{% if x == 3 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
+      "012");
 }
 
 TEST(JinjaScoping, LoopScopeAndNamespace) {
   EXPECT_EQ(render("{% set x = 1 %}{% for i in [5] %}{% set x = i %}{% endfor %}{{ x }}"), "1");
-  EXPECT_EQ(render("{% set ns = namespace(x=1) %}{% for i in [5] %}{% set ns.x = i %}{% endfor %}{{ ns.x }}"),
+  EXPECT_EQ(render("{% set ns = namespace(x=1) %}{% for i in [5] %}{% set ns.x = i %}{% endfor "
+                   "%}{{ ns.x }}"),
             "5");
 }
 
@@ -120,7 +135,7 @@ TEST(JinjaWhitespace, TrimAndLstripBlocks) {
   EXPECT_EQ(render("a\n  {% if true %}\n  b\n  {% endif %}\nc"), "a\n  b\nc");
   EXPECT_EQ(render("a   {{- 'b' -}}   c"), "abc");
   EXPECT_EQ(render("a\n{# c #}\nb"), "a\nb");
-  EXPECT_EQ(render("x\n"), "x");  // one trailing newline dropped
+  EXPECT_EQ(render("x\n"), "x");            // one trailing newline dropped
   EXPECT_EQ(render("  {{ 'v' }}"), "  v");  // lstrip_blocks leaves {{ }} alone
 }
 
@@ -166,7 +181,10 @@ TEST(JinjaLimits, RunawayTemplatesStop) {
 TEST(ChatTemplateApi, ListOfNamedTemplatesAndNormalization) {
   nlohmann::ordered_json cfg = {
       {"chat_template",
-       {{{"name", "default"}, {"template", "D{% for m in messages %}{{ m.role }}{{ m.reasoning_content }}{{ m.content is defined }}{% endfor %}"}},
+       {{{"name", "default"},
+         {"template",
+          "D{% for m in messages %}{{ m.role }}{{ m.reasoning_content }}{{ m.content is defined "
+          "}}{% endfor %}"}},
         {{"name", "tool_use"}, {"template", "T{{ tools|length }}{{ bos_token }}"}}}},
       {"bos_token", {{"content", "<s>"}}},
       {"eos_token", "</s>"}};
