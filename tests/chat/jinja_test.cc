@@ -200,5 +200,20 @@ TEST(ChatTemplateApi, ListOfNamedTemplatesAndNormalization) {
   EXPECT_THROW(ChatTemplate::from_string("{% if %}"), Error);
 }
 
+TEST(ChatTemplateApi, AcceptsPlainJsonAndSpecialTokens) {
+  nlohmann::json cfg = nlohmann::json::parse(R"({
+    "chat_template": "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}{{ tools is none }}{{ enable_thinking is defined }}",
+    "bos_token": "<s>", "eos_token": {"content": "</s>", "special": true}, "unk_token": null})");
+  ChatTemplate t = ChatTemplate::from_config_json(cfg);
+  nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}});
+  ChatOptions opt;
+  opt.add_generation_prompt = true;
+  EXPECT_EQ(render_chat(t, msgs, opt), "<s><user>hi</s><assistant>TrueFalse");
+  opt.extra["enable_thinking"] = false;
+  EXPECT_EQ(render_chat(t, msgs, opt), "<s><user>hi</s><assistant>TrueTrue");
+  EXPECT_FALSE(t.special_tokens.contains("unk_token"));
+  EXPECT_THROW(render_chat(t, nlohmann::json::object(), opt), Error);
+}
+
 }  // namespace
 }  // namespace dfl::jinja
