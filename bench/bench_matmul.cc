@@ -13,6 +13,10 @@ namespace {
 void BM_Matmul(benchmark::State& st, WFmt fmt, int64_t N, int64_t K) {
   const int64_t M = st.range(0);
   const OwnedWeight& o = weight(fmt, N, K);
+  if (fmt == WFmt::kBF16Amx && !o.packed.repacked()) {
+    st.SkipWithError("AMX not usable on this machine");
+    return;
+  }
   const auto x = random_f32(M * K, 7);
   std::vector<float> y(M * N);
   for (auto _ : st) {
@@ -40,7 +44,8 @@ const struct {
 const struct {
   const char* name;
   WFmt fmt;
-} kFmts[] = {{"BF16", WFmt::kBF16}, {"Q8", WFmt::kQ8}, {"F8", WFmt::kF8}, {"F32", WFmt::kF32}};
+} kFmts[] = {{"BF16", WFmt::kBF16}, {"BF16AMX", WFmt::kBF16Amx}, {"Q8", WFmt::kQ8},
+              {"F8", WFmt::kF8}, {"F32", WFmt::kF32}};
 
 int reg = [] {
   for (auto& f : kFmts)

@@ -40,12 +40,13 @@ inline std::vector<float> random_f32(size_t n, uint64_t seed) {
   return v;
 }
 
-enum class WFmt { kF32, kBF16, kF8, kQ8 };
+enum class WFmt { kF32, kBF16, kF8, kQ8, kBF16Amx };
 
 struct OwnedWeight {
   std::vector<uint8_t> bytes;
   std::vector<float> scale;
   QuantizedQ8 q8;
+  PackedWeight packed;
   WeightMatrix w;
   size_t stream_bytes = 0;  // bytes the kernel reads per call
 };
@@ -68,7 +69,7 @@ inline const OwnedWeight& weight(WFmt fmt, int64_t N, int64_t K) {
     float* p = reinterpret_cast<float*>(o.bytes.data());
     for (size_t i = 0; i < n; ++i) p[i] = urand(s) * 0.05f;
     o.w.dtype = DType::kF32;
-  } else if (fmt == WFmt::kBF16 || fmt == WFmt::kQ8) {
+  } else if (fmt == WFmt::kBF16 || fmt == WFmt::kQ8 || fmt == WFmt::kBF16Amx) {
     o.bytes.resize(n * 2);
     uint16_t* p = reinterpret_cast<uint16_t*>(o.bytes.data());
     for (size_t i = 0; i < n; ++i) p[i] = f32_to_bf16(urand(s) * 0.05f);
@@ -82,6 +83,10 @@ inline const OwnedWeight& weight(WFmt fmt, int64_t N, int64_t K) {
   }
   o.w.data = o.bytes.data();
   o.stream_bytes = o.bytes.size() + o.scale.size() * 4;
+  if (fmt == WFmt::kBF16Amx) {
+    o.packed = prepack_weight(o.w, &pool());
+    o.w = o.packed.matrix();  // original bytes stay alive (fallback path)
+  }
   if (fmt == WFmt::kQ8) {
     o.q8 = quantize_q8(o.w, &pool());
     o.bytes.clear();

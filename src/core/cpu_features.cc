@@ -6,6 +6,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace dfl {
 
@@ -30,6 +34,7 @@ CpuFeatures detect() {
   }
   f.os_avx = avx && (xcr0 & 0x6) == 0x6;              // XMM + YMM state
   f.os_avx512 = f.os_avx && (xcr0 & 0xe0) == 0xe0;    // opmask + ZMM state
+  f.os_amx = (xcr0 & 0x60000) == 0x60000;              // XTILECFG + XTILEDATA
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
     f.avx2 = (b >> 5) & 1;
@@ -40,6 +45,7 @@ CpuFeatures detect() {
     f.avx512vnni = (c >> 11) & 1;
     f.avx512fp16 = (d >> 23) & 1;
     f.amx_bf16 = (d >> 22) & 1;
+    f.amx_tile = (d >> 24) & 1;
     f.amx_int8 = (d >> 25) & 1;
     __cpuid_count(7, 1, a, b, c, d);
     f.avx_vnni = (a >> 4) & 1;
@@ -73,6 +79,20 @@ IsaLevel env_limit() {
 IsaLevel min_level(IsaLevel a, IsaLevel b) { return static_cast<int>(a) < static_cast<int>(b) ? a : b; }
 
 IsaLevel g_limit = IsaLevel::kAvx512;
+bool g_amx_on = true;
+
+bool amx_permitted() {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.amx_tile && f.amx_bf16 && f.os_amx)) return false;
+  const char* s = std::getenv("DFL_AMX");
+  if (s && !std::strcmp(s, "0")) return false;
+#if defined(__linux__) && defined(__x86_64__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 }  // namespace
 
@@ -92,6 +112,13 @@ IsaLevel cpu_isa() {
 }
 
 void set_cpu_isa_limit(IsaLevel level) { g_limit = level; }
+
+bool amx_usable() {
+  static const bool permitted = amx_permitted();
+  return permitted && g_amx_on && cpu_isa() == IsaLevel::kAvx512;
+}
+
+void set_amx_enabled(bool on) { g_amx_on = on; }
 
 const char* isa_name(IsaLevel level) {
   switch (level) {

@@ -13,8 +13,8 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512bf16 = false, avx512vnni = false, avx512fp16 = false;
-  bool avx_vnni = false, amx_bf16 = false, amx_int8 = false;
-  bool os_avx = false, os_avx512 = false;  // XCR0 enables the register state
+  bool avx_vnni = false, amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  bool os_avx = false, os_avx512 = false, os_amx = false;  // XCR0 enables the register state
 };
 
 enum class IsaLevel : int {
@@ -32,5 +32,11 @@ IsaLevel cpu_isa();
 // Caps cpu_isa() (tests, benchmarks). Not thread-safe against running kernels.
 void set_cpu_isa_limit(IsaLevel level);
 const char* isa_name(IsaLevel level);
+
+// AMX tiles (BF16) usable by this process: CPU + OS support, the Linux permission request
+// (arch_prctl ARCH_REQ_XCOMP_PERM) granted, cpu_isa() == kAvx512, not disabled by DFL_AMX=0 or
+// set_amx_enabled(false). Used for BF16 weights prepacked by prepack_weight().
+bool amx_usable();
+void set_amx_enabled(bool on);
 
 }  // namespace dfl

@@ -78,7 +78,13 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     matmul_q8(x, n_rows, w, y, pool, isa);
     return;
   }
-  DFL_ASSERT(w.packed_format == kPackedNone);
+  if (w.packed_format == kPackedAmxBf16 && amx_usable()) {
+    thread_local std::vector<uint16_t> xb;
+    const int64_t Kp = (w.n_in + 31) / 32 * 32, Mp = (n_rows + 15) / 16 * 16;
+    cpu::amx::matmul_bf16(x, n_rows, w, y, pool, scratch(xb, Mp * Kp));
+    return;
+  }
+  DFL_ASSERT(w.packed_format == kPackedNone || w.packed_format == kPackedAmxBf16);
   const bool fp32w = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
                      w.dtype == DType::kF8E4M3;
   if (isa == IsaLevel::kAvx512 && w.dtype == DType::kBF16) {
@@ -227,3 +233,23 @@ int64_t argmax(const float* x, int64_t n) {
 }
 
 }  // namespace dfl::ops
+
+namespace dfl {
+
+PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
+  PackedWeight p;
+  p.w = w;
+  if (w.packed_format != kPackedNone || w.dtype != DType::kBF16 || !amx_usable()) return p;
+  const int64_t n_tiles = (w.n_out + 15) / 16, n_kc = (w.n_in + 31) / 32;
+  p.buf.resize(static_cast<size_t>(n_tiles * n_kc * 16 * 32));
+  auto run = [&](int64_t b, int64_t e, int) { cpu::amx::pack_bf16(w, p.buf.data(), b, e); };
+  if (pool)
+    pool->parallel_for(n_tiles, run, 16);
+  else
+    run(0, n_tiles, 0);
+  p.w.packed = p.buf.data();
+  p.w.packed_format = kPackedAmxBf16;
+  return p;
+}
+
+}  // namespace dfl

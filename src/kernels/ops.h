@@ -42,7 +42,10 @@ struct WeightMatrix {
 //   The matmul quantizes each activation row per block of kQ8Block to int8 (absmax / 127) and
 //   computes the integer block dot products exactly (AVX-512 VNNI vpdpbusd), then sums
 //   block_dot * x_scale * w_scale in fp32. About 1.06 bytes per weight (bf16: 2).
-enum PackedFormat : int32_t { kPackedNone = 0, kPackedQ8 = 1 };
+//   kPackedAmxBf16: BF16 weights re-laid out for AMX tiles by prepack_weight(). dtype = kBF16,
+//     `data` still points at the original [n_out, n_in] (used when AMX is off), `packed` at
+//     bf16 [ceil(n_out/16)][ceil(n_in/32)][16 k-pairs][16 n][2], zero-padded.
+enum PackedFormat : int32_t { kPackedNone = 0, kPackedQ8 = 1, kPackedAmxBf16 = 2 };
 constexpr int64_t kQ8Block = 64;
 
 // Owning Q8 weight (the engine keeps it alive as long as the WeightMatrix from matrix() is used;
@@ -69,6 +72,21 @@ struct AttnParams {
   Window window;           // the layer's resolved visibility window (kernels/visibility.h)
   const float* sinks = nullptr;  // [n_heads] learned sink logits (unscaled), or nullptr
 };
+
+// Owning result of prepack_weight(); matrix() is what to pass to ops::matmul. Moving keeps the
+// pointers valid. The source weight's storage must outlive it (matrix().data points there).
+struct PackedWeight {
+  std::vector<uint16_t> buf;
+  WeightMatrix w;
+  const WeightMatrix& matrix() const { return w; }
+  bool repacked() const { return w.packed_format != kPackedNone; }
+  size_t bytes() const { return buf.size() * sizeof(uint16_t); }
+};
+
+// Load-time repack into the layout this machine's fastest kernel streams. Today: BF16 weights
+// when AMX is usable (core/cpu_features.h amx_usable()) → kPackedAmxBf16; anything else is
+// returned as is (repacked() == false, no copy). Call once per weight, keep the result.
+PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool = nullptr);
 
 namespace ops {
 

@@ -28,10 +28,12 @@ struct TestWeight {
   std::vector<uint8_t> u8;
   std::vector<float> scale;
   QuantizedQ8 q8;
+  PackedWeight packed;
   WeightMatrix w;
 };
 
-enum class Fmt { kF32, kBF16, kF16, kF8, kQ8 };
+// kBF16Pack: BF16 through prepack_weight() (AMX tiles where usable, else unchanged).
+enum class Fmt { kF32, kBF16, kF16, kF8, kQ8, kBF16Pack };
 const char* fmt_name(Fmt f) {
   switch (f) {
     case Fmt::kF32: return "F32";
@@ -39,6 +41,7 @@ const char* fmt_name(Fmt f) {
     case Fmt::kF16: return "F16";
     case Fmt::kF8: return "F8";
     case Fmt::kQ8: return "Q8";
+    case Fmt::kBF16Pack: return "BF16-prepacked";
   }
   return "?";
 }
@@ -66,6 +69,7 @@ void make_weight(TestWeight& t, Fmt fmt, int64_t N, int64_t K, uint32_t seed) {
       t.w.data = t.f32.data();
       break;
     case Fmt::kBF16:
+    case Fmt::kBF16Pack:
     case Fmt::kQ8:
       t.u16.resize(v.size());
       for (size_t i = 0; i < v.size(); ++i) t.u16[i] = f32_to_bf16(v[i]);
@@ -74,6 +78,10 @@ void make_weight(TestWeight& t, Fmt fmt, int64_t N, int64_t K, uint32_t seed) {
       if (fmt == Fmt::kQ8) {
         t.q8 = quantize_q8(t.w);
         t.w = t.q8.matrix();
+      }
+      if (fmt == Fmt::kBF16Pack) {
+        t.packed = prepack_weight(t.w);
+        t.w = t.packed.matrix();
       }
       break;
     case Fmt::kF16:
@@ -108,7 +116,8 @@ std::vector<float> bf16_round(const std::vector<float>& x) {
 
 // What the reference should be fed for `fmt` on `isa`.
 std::vector<float> ref_input(const std::vector<float>& x, Fmt fmt, IsaLevel isa) {
-  return (fmt == Fmt::kBF16 && isa == IsaLevel::kAvx512) ? bf16_round(x) : x;
+  const bool bf16 = fmt == Fmt::kBF16 || fmt == Fmt::kBF16Pack;
+  return (bf16 && isa == IsaLevel::kAvx512) ? bf16_round(x) : x;
 }
 
 double bound(Fmt fmt) { return fmt == Fmt::kQ8 ? 5e-4 : 1e-10; }
@@ -120,7 +129,7 @@ TEST(Matmul, MatchesReferenceOverShapes) {
   const int64_t Ms[] = {1, 5, 13};
   for (IsaLevel isa : test::isa_levels()) {
     test::IsaScope scope(isa);
-    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8}) {
+    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
       double num = 0, den = 0;
       for (int64_t K : Ks) {
         for (int64_t N : Ns) {
@@ -154,7 +163,7 @@ TEST(Matmul, RowSweepUpTo70) {
   const int64_t N = 21, K = 97;
   for (IsaLevel isa : test::isa_levels()) {
     test::IsaScope scope(isa);
-    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF8, Fmt::kQ8}) {
+    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
       TestWeight t;
       make_weight(t, fmt, N, K, 5);
       const auto x = randn(70 * K, 99);
@@ -180,7 +189,7 @@ TEST(Matmul, BatchAndThreadInvariant) {
   const int64_t Ms[] = {2, 3, 5, 7, 16, 17, 64, 70};
   for (IsaLevel isa : test::isa_levels()) {
     test::IsaScope scope(isa);
-    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8}) {
+    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
       for (auto& s : shapes) {
         const int64_t N = s[0], K = s[1];
         TestWeight t;
@@ -221,6 +230,13 @@ TEST(Matmul, Q8ErrorVsBf16IsSmall) {
   EXPECT_LT(e, 1e-3);
   const int64_t Kp = (K + kQ8Block - 1) / kQ8Block * kQ8Block;
   EXPECT_EQ(tq.q8.bytes(), static_cast<size_t>(N * Kp + N * (Kp / kQ8Block) * 4));
+}
+
+TEST(Matmul, PrepackUsesAmxWhereAvailable) {
+  TestWeight t;
+  make_weight(t, Fmt::kBF16Pack, 40, 70, 1);
+  std::printf("AMX usable: %d, prepacked: %d\n", amx_usable(), t.packed.repacked());
+  EXPECT_EQ(t.packed.repacked(), amx_usable());
 }
 
 TEST(Matmul, ThreadPoolRunsEveryChunkOnce) {

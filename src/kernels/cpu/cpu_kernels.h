@@ -47,6 +47,15 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
                int64_t n_rot, const float* cos, const float* sin);
 }  // namespace avx512
 
+namespace amx {
+// Packs n-tiles [t_begin, t_end) of a BF16 weight into the kPackedAmxBf16 layout.
+void pack_bf16(const WeightMatrix& w, uint16_t* dst, int64_t t_begin, int64_t t_end);
+// w.packed in kPackedAmxBf16 layout; xb: scratch for round_up(M, 16) * round_up(K, 32) bf16.
+// Only call when amx_usable().
+void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                 uint16_t* xb);
+}  // namespace amx
+
 namespace avx2 {
 // x: [M, K] fp32; xp: scratch for M * round_up(K, 8) fp32 (zero-padded copy of x).
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
