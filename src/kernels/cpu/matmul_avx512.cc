@@ -131,6 +131,28 @@ void tile_fp32w(const float* x, int64_t ldx, const WeightMatrix& w, int64_t n0, 
       for (int j = 0; j < kNR; ++j)
         sc[j] = _mm512_set1_ps((srow[j] ? srow[j][kb / kb_step] : 1.0f) * 256.0f);
     int64_t k = kb;
+    if constexpr (W == WKind::kF8) {
+      // 32 weights per step: one widening and one fp16 rebuild per 32 (the per-output FMA
+      // sequence is the same as 16 at a time: low half, then high half).
+      for (; k + 32 <= ke; k += 32) {
+        __m512 wl[kNR], wh[kNR];
+        for (int j = 0; j < kNR; ++j) {
+          const __m512i v = _mm512_cvtepu8_epi16(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint8_t*>(wr[j]) + k)));
+          const __m512i h = _mm512_or_si512(
+              _mm512_and_si512(_mm512_slli_epi16(v, 8), _mm512_set1_epi16(static_cast<short>(0x8000))),
+              _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(0x3f80)));
+          wl[j] = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), sc[j]);
+          wh[j] = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), sc[j]);
+        }
+        for (int i = 0; i < MR; ++i) {
+          const __m512 xl = _mm512_loadu_ps(x + i * ldx + k);
+          for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_fmadd_ps(xl, wl[j], acc[i][j]);
+          const __m512 xh = _mm512_loadu_ps(x + i * ldx + k + 16);
+          for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_fmadd_ps(xh, wh[j], acc[i][j]);
+        }
+      }
+    }
     for (; k < ke; k += 16) {
       const bool masked = k + 16 > ke;
       const __mmask16 km = masked ? static_cast<__mmask16>((1u << (ke - k)) - 1) : 0xffff;
@@ -155,6 +177,8 @@ constexpr int kMRfp32 = 6;
 
 template <WKind W>
 void run_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  // F8 holds 8 dequantized weight vectors per step: 4 rows keep everything in 32 zmm.
+  constexpr int kMR = W == WKind::kF8 ? 4 : kMRfp32;
   const int64_t N = w.n_out, K = w.n_in;
   const int64_t n_tiles = (N + kNR - 1) / kNR;
   pool.parallel_for(
@@ -162,16 +186,16 @@ void run_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, Threa
       [&](int64_t t0, int64_t t1, int) {
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t n0 = t * kNR, nv = imin(kNR, N - n0);
-          for (int64_t m0 = 0; m0 < M; m0 += kMRfp32) {
+          for (int64_t m0 = 0; m0 < M; m0 += kMR) {
             const float* xr = x + m0 * K;
             float* yr = y + m0 * N + n0;
-            switch (imin(kMRfp32, M - m0)) {
+            switch (imin(kMR, M - m0)) {
               case 1: tile_fp32w<W, 1>(xr, K, w, n0, nv, yr, N); break;
               case 2: tile_fp32w<W, 2>(xr, K, w, n0, nv, yr, N); break;
               case 3: tile_fp32w<W, 3>(xr, K, w, n0, nv, yr, N); break;
               case 4: tile_fp32w<W, 4>(xr, K, w, n0, nv, yr, N); break;
-              case 5: tile_fp32w<W, 5>(xr, K, w, n0, nv, yr, N); break;
-              default: tile_fp32w<W, 6>(xr, K, w, n0, nv, yr, N); break;
+              case 5: tile_fp32w<W, (kMR >= 5 ? 5 : 1)>(xr, K, w, n0, nv, yr, N); break;
+              default: tile_fp32w<W, kMR>(xr, K, w, n0, nv, yr, N); break;
             }
           }
         }
