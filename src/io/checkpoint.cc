@@ -44,9 +44,10 @@ bool safe_relative_path(const std::string& p) {
 std::vector<std::string> list_files(const std::string& dir, std::string_view suffix) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (ends_with(name, suffix) && file_exists(e.path().string())) out.push_back(name);
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (ends_with(name, suffix) && file_exists(it->path().string())) out.push_back(name);
   }
   DFL_CHECK(!ec, "cannot list checkpoint folder '", dir, "': ", ec.message());
   std::sort(out.begin(), out.end());

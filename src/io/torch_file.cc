@@ -10,8 +10,8 @@ namespace dfl {
 
 const PtValue* PtValue::get(std::string_view key) const {
   if (kind != Kind::kDict) return nullptr;
-  for (const auto& [k, v] : dict)
-    if (k.kind == Kind::kString && k.s == key) return &v;
+  for (auto it = dict.rbegin(); it != dict.rend(); ++it)
+    if (it->key.kind == Kind::kString && it->key.s == key) return &it->value;
   return nullptr;
 }
 

@@ -37,7 +37,6 @@ struct Obj {
   std::string s;                                    // kString; kGlobal: dotted name
   std::vector<Obj*> items;                          // kList, kTuple
   std::vector<std::pair<Obj*, Obj*>> dict;          // kDict
-  std::unique_ptr<std::map<std::string, size_t>> keys;  // kDict: key → index in dict
   std::shared_ptr<const PtTensor> tensor;           // kTensor
   std::shared_ptr<const std::string> bytes;         // kStorage
   bool untyped = false;                             // kStorage
@@ -171,23 +170,13 @@ class Vm {
     if (it == memo_.end()) fail("memo index ", idx, " was never stored");
     return it->second;
   }
+  // Duplicate keys (torch never writes them) are kept as separate entries rather than merged:
+  // merging would compare keys, and a hostile stream can make every comparison cost megabytes.
   void set_item(Obj* d, Obj* k, Obj* v) {
     expect(d, Obj::K::kDict, "SETITEM target");
-    std::string key;
-    if (k->kind == Obj::K::kString) {
-      key = "s" + k->s;
-    } else if (k->kind == Obj::K::kInt) {
-      key = "i" + std::to_string(k->i);
-    } else {
+    if (k->kind != Obj::K::kString && k->kind != Obj::K::kInt)
       fail("dict keys must be str or int, got ", kind_name(k->kind));
-    }
-    if (!d->keys) d->keys = std::make_unique<std::map<std::string, size_t>>();
-    auto [it, fresh] = d->keys->emplace(std::move(key), d->dict.size());
-    if (fresh) {
-      d->dict.emplace_back(k, v);
-    } else {
-      d->dict[it->second].second = v;
-    }
+    d->dict.emplace_back(k, v);
   }
 
   Obj* resolve_global(const std::string& module, const std::string& name) {

@@ -56,13 +56,16 @@ struct PtValue {
   double f = 0;
   std::string s;                                  // kString
   std::vector<PtValue> items;                     // kList, kTuple
-  std::vector<PtEntry> dict;                      // kDict (also OrderedDict), insertion order
+  std::vector<PtEntry> dict;                      // kDict (also OrderedDict), insertion order;
+                                                  // keys are str or int; a repeated key (never
+                                                  // written by torch) stays a separate entry
   std::shared_ptr<const PtTensor> tensor;         // kTensor (shared: a tensor may appear twice)
 
   bool is_none() const { return kind == Kind::kNone; }
   bool is_tensor() const { return kind == Kind::kTensor; }
   bool is_dict() const { return kind == Kind::kDict; }
-  // Dict lookup by string key; nullptr when absent or not a dict.
+  // Dict lookup by string key (the last entry wins, as in Python); nullptr when absent or not a
+  // dict.
   const PtValue* get(std::string_view key) const;
   // "dict", "tensor", ... for messages.
   static const char* kind_name(Kind k);

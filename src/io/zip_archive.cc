@@ -52,6 +52,7 @@ void ZipArchive::open(const uint8_t* data, size_t size) {
               origin_, "' has no name or size");
     names_.emplace_back(st.name);
     sizes_.push_back(st.size);
+    index_.emplace(names_.back(), names_.size() - 1);
   }
 }
 
@@ -60,7 +61,8 @@ ZipArchive::ZipArchive(ZipArchive&& o) noexcept
       za_(o.za_),
       origin_(std::move(o.origin_)),
       names_(std::move(o.names_)),
-      sizes_(std::move(o.sizes_)) {
+      sizes_(std::move(o.sizes_)),
+      index_(std::move(o.index_)) {
   o.za_ = nullptr;
 }
 
@@ -73,6 +75,7 @@ ZipArchive& ZipArchive::operator=(ZipArchive&& o) noexcept {
     origin_ = std::move(o.origin_);
     names_ = std::move(o.names_);
     sizes_ = std::move(o.sizes_);
+    index_ = std::move(o.index_);
   }
   return *this;
 }
@@ -83,9 +86,9 @@ ZipArchive::~ZipArchive() {
 }
 
 std::optional<size_t> ZipArchive::locate(std::string_view name) const {
-  for (size_t i = 0; i < names_.size(); ++i)
-    if (names_[i] == name) return i;
-  return std::nullopt;
+  auto it = index_.find(std::string(name));
+  if (it == index_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::string ZipArchive::read(size_t i, uint64_t max_bytes) const {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/mmap.h"
@@ -49,6 +50,7 @@ class ZipArchive {
   std::string origin_;
   std::vector<std::string> names_;
   std::vector<uint64_t> sizes_;
+  std::unordered_map<std::string, size_t> index_;  // name → first entry with that name
 };
 
 }  // namespace dfl

@@ -176,10 +176,11 @@ TEST(TorchPickle, VmPrimitives) {
   EXPECT_EQ(v.items[1].i, 513);
   EXPECT_EQ(v.items[2].i, 0);
   EXPECT_EQ(v.items[3].f, 1.5);
-  // Dict with a repeated key keeps the last value, in first-insertion position.
+  // A repeated key stays a separate entry; get() returns the last, as Python would keep it.
   const PtValue d = unpickle(std::string("}(\x8c\x01kK\x01\x8c\x01kK\x02u.", 15));
-  ASSERT_EQ(d.dict.size(), 1u);
+  ASSERT_EQ(d.dict.size(), 2u);
   EXPECT_EQ(d.get("k")->i, 2);
+  EXPECT_THROW(unpickle("}N\x29s."), Error);  // a None key is refused
   EXPECT_THROW(unpickle(""), Error);
   EXPECT_THROW(unpickle("\x80\x09."), Error);           // protocol 9
   EXPECT_THROW(unpickle("K\x01(0."), Error);              // POP across a MARK
