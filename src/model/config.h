@@ -60,6 +60,22 @@ struct MoESpec {
   bool norm_topk_prob = true;
   float routed_scaling_factor = 1.0f;
   std::string scoring_func = "sigmoid";
+  std::string topk_method = "noaux_tc";   // noaux_tc: e_score_correction_bias for selection only
+  std::string router_dtype = "float32";   // moe_router_dtype (the engine computes in fp32)
+};
+
+// MiMo-V2-Flash / MiMo-V2.5 specifics (docs/MIMO.md). Per-layer geometry lives in LayerSpec.
+struct MiMoSpec {
+  bool fused_qkv = false;          // attention_projection_layout "fused_qkv" (V2.5)
+  // Tensor-parallel shards the checkpoint's q/k/v (or fused qkv) were exported with: the row
+  // shards of the fused [Q;K;V] layout and of the per-shard FP8 scale grids.
+  // = num_key_value_heads of the full-attention layers (SGLang get_mimo_v2_fused_qkv_expected_tp_size).
+  int32_t ckpt_tp = 1;
+  float attention_value_scale = 1.0f;  // V multiplied before it is cached (every layer)
+  int32_t sliding_window = 0;          // W as read (sliding_window, else sliding_window_size)
+  WindowEdge window_edge = WindowEdge::kInclusiveW;
+  int32_t fp8_block_out = 128, fp8_block_in = 128;  // quantization_config.weight_block_size
+  bool fp8 = false;                    // quantization_config.quant_method == "fp8"
 };
 
 struct ModelConfig {
@@ -79,11 +95,15 @@ struct ModelConfig {
   std::vector<LayerSpec> layers;
   std::optional<DFlashSpec> dflash;   // set for drafters
   std::optional<MoESpec> moe;         // set for MoE families
+  std::optional<MiMoSpec> mimo;       // set for MiMo-V2 targets
 };
 
 // Parses `dir`/config.json (throws dfl::Error with a one-line reason on any problem).
 ModelConfig load_model_config(const std::string& dir);
 // Parses config JSON text; `dir` is only recorded. Used by the fuzz target and tests.
+// MiMo window edge: the environment variable DFL_WINDOW_EDGE=w+1 (or "sglang") makes sliding
+// layers keep W+1 keys (SGLang's MiMo reading); the config key "dfl_window_edge" does the same
+// per checkpoint. Default: W keys including the query (HF `sliding_window`, vLLM).
 ModelConfig parse_model_config(const std::string& json_text, const std::string& dir = "");
 
 // The z-lab default when target_layer_ids is absent: [L_t/2] for one layer, else

@@ -6,9 +6,11 @@ namespace dfl {
 
 std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg) {
   std::vector<KvLayerSpec> kvs;
+  // A sliding layer's ring holds the keys its resolved window can see: left + 1 (W with the HF/vLLM
+  // edge, W + 1 with SGLang's), whatever the causality (a symmetric drafter window has the same left).
   for (const auto& l : cfg.layers)
     kvs.push_back({l.n_kv_heads, l.head_dim, l.v_head_dim,
-                   l.attn == AttnKind::kSliding ? l.sliding_window : 0});
+                   l.attn == AttnKind::kSliding ? l.window.left + 1 : 0});
   return kvs;
 }
 
@@ -18,6 +20,8 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const LoadOptio
   switch (cfg.family) {
     case Family::kQwen3:
       return make_qwen3(std::move(cfg), opts, pool);
+    case Family::kMiMoV2:
+      return make_mimo_v2(std::move(cfg), opts, pool);
     case Family::kDFlashDraft:
       throw Error(str("'", dir, "' holds a DFlash drafter (", cfg.architecture,
                       "), not a target model: pass it with --draft"));

@@ -8,5 +8,6 @@
 namespace dfl {
 
 std::unique_ptr<CausalLM> make_qwen3(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool);
+std::unique_ptr<CausalLM> make_mimo_v2(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool);
 
 }  // namespace dfl

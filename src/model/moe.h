@@ -1,0 +1,51 @@
+// DeepSeek-V3 "noaux_tc" mixture of experts as used by MiMo-V2 (TARGETS-SPEC §3.4):
+//   l = h · W_routerᵀ (fp32)          s = sigmoid(l)            sel = s + e_score_correction_bias
+//   groups: keep the topk_group groups with the largest sum of their top-2 `sel` (n_group > 1)
+//   idx = top-k(sel) (ties → lower expert id)        w = s[idx]  (UNBIASED scores)
+//   w /= Σw + 1e-20 (norm_topk_prob)                  w *= routed_scaling_factor
+//   y = Σ_k w_k · down_e(silu(gate_e(h)) ⊙ up_e(h)),  e = idx_k, summed in ascending e (as HF)
+// Experts run only for the rows routed to them: a block of B rows touches the union of their
+// experts, and each used expert does one batched matmul over its gathered rows.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/threadpool.h"
+#include "io/checkpoint.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "model/fp8_weights.h"
+
+namespace dfl {
+
+struct MoEWeights {
+  WeightMatrix router;               // [E, H] fp32 copy (router_f32_)
+  std::vector<float> router_f32;     // owns the fp32 router table
+  std::vector<float> bias;           // [E] e_score_correction_bias (zeros if absent)
+  std::vector<WeightMatrix> gate, up, down;  // per expert: [I, H], [I, H], [H, I]
+  int64_t expert_bytes() const;      // bytes of one expert's three matrices (expert 0)
+};
+
+// Loads "<prefix>mlp.gate.weight", "<prefix>mlp.gate.e_score_correction_bias",
+// "<prefix>mlp.experts.{e}.{gate,up,down}_proj.weight" (+ FP8 scales).
+MoEWeights load_moe(const Checkpoint& ck, const std::string& prefix, const MoESpec& spec,
+                    int32_t hidden, Fp8ScaleStore& store, int64_t block_out, int64_t block_in);
+
+// Routing of n rows from router logits [n, E] (fp32): idx [n, k] (ascending expert id per row)
+// and weights [n, k] in the same order.
+void moe_route(const MoESpec& spec, const float* logits, const float* bias, int32_t n,
+               int32_t* idx, float* weights);
+
+struct MoEScratch {
+  std::vector<float> logits, w, xg, g, u, y;
+  std::vector<int32_t> idx, rows;
+  std::vector<float> row_w;
+};
+
+// out [n, H] = MoE(h [n, H]) (overwritten). `route_out` (optional) receives idx [n, k].
+void moe_forward(const MoEWeights& mw, const MoESpec& spec, const float* h, int32_t n, int32_t H,
+                 float* out, MoEScratch& sc, ThreadPool& pool, int32_t* route_out = nullptr);
+
+}  // namespace dfl
