@@ -2,6 +2,8 @@
 //   build-kern/bench/bench_elementwise
 #include <benchmark/benchmark.h>
 
+#include <cmath>
+
 #include "bench_util.h"
 
 namespace dfl::bench {
@@ -44,7 +46,12 @@ BENCHMARK(BM_SiluMul)->Arg(1)->Arg(16);
 void BM_Rope(benchmark::State& st) {
   const int64_t rows = st.range(0), heads = 32, hd = 128;
   auto x = random_f32(rows * heads * hd, 1);
-  const auto c = random_f32(rows * hd / 2, 2), s = random_f32(rows * hd / 2, 3);
+  // Real rotations (|c|² + |s|² = 1): random factors would drive x into denormals.
+  std::vector<float> c(rows * hd / 2), s(rows * hd / 2);
+  for (size_t i = 0; i < c.size(); ++i) {
+    c[i] = std::cos(0.001f * static_cast<float>(i));
+    s[i] = std::sin(0.001f * static_cast<float>(i));
+  }
   for (auto _ : st) {
     ops::rope_neox(x.data(), rows, heads * hd, heads, hd, hd, c.data(), s.data());
     benchmark::DoNotOptimize(x.data());
