@@ -14,9 +14,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string DTypeSet::to_string() const {
-  static constexpr DType kAll[] = {DType::kF32,  DType::kBF16, DType::kF16, DType::kF8E4M3,
-                                   DType::kF8E5M2, DType::kI8,  DType::kI16, DType::kI32,
-                                   DType::kI64,  DType::kU8,   DType::kBool, DType::kF64};
+  static constexpr DType kAll[] = {DType::kF32,    DType::kBF16, DType::kF16,  DType::kF8E4M3,
+                                   DType::kF8E5M2, DType::kI8,   DType::kI16,  DType::kI32,
+                                   DType::kI64,    DType::kU8,   DType::kBool, DType::kF64};
   std::string s;
   for (DType t : kAll) {
     if (!contains(t)) continue;
@@ -68,9 +68,8 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     if (indexes.size() > 1) {
       std::string all;
       for (const auto& i : indexes) all += " " + i;
-      throw Error(str("checkpoint folder '", dir,
-                      "' has several safetensors index files (", all.substr(1),
-                      "); keep only one"));
+      throw Error(str("checkpoint folder '", dir, "' has several safetensors index files (",
+                      all.substr(1), "); keep only one"));
     }
     if (indexes.size() == 1) {
       open_index((d / indexes[0]).string());
@@ -110,7 +109,7 @@ void Checkpoint::open_index(const std::string& index_path) {
             "' has no \"weight_map\" object");
 
   const fs::path d(dir_);
-  std::map<std::string, size_t> shard_file;  // shard name → index in files_
+  std::map<std::string, size_t> shard_file;                  // shard name → index in files_
   std::vector<std::pair<std::string, std::string>> entries;  // tensor → shard
   for (const auto& [name, shard] : wm->items()) {
     DFL_CHECK(shard.is_string(), "checkpoint index '", index_path, "': tensor '", name,
@@ -133,8 +132,8 @@ void Checkpoint::open_index(const std::string& index_path) {
     std::string where;
     for (const auto& other : files_)
       if (other->find(name)) where = str(" (it is in '", other->path(), "')");
-    throw Error(str("checkpoint index '", index_path, "' says tensor '", name, "' is in '",
-                    shard, "', but that shard does not hold it", where));
+    throw Error(str("checkpoint index '", index_path, "' says tensor '", name, "' is in '", shard,
+                    "', but that shard does not hold it", where));
   }
 }
 
@@ -167,8 +166,8 @@ const TensorInfo& Checkpoint::require(std::string_view name, DTypeSet allowed,
   const TensorInfo* t = find(name);
   DFL_CHECK(t, "tensor '", name, "' (expected shape ", shape_str(shape), ") is missing from '",
             dir_, "'");
-  DFL_CHECK(allowed.contains(t->dtype), "tensor '", name, "': expected dtype ",
-            allowed.to_string(), ", file has ", dtype_name(t->dtype), " (in '", t->file, "')");
+  DFL_CHECK(allowed.contains(t->dtype), "tensor '", name, "': expected dtype ", allowed.to_string(),
+            ", file has ", dtype_name(t->dtype), " (in '", t->file, "')");
   bool ok = shape.size() == t->shape.size();
   for (size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] < 0 || shape[i] == t->shape[i];
   DFL_CHECK(ok, "tensor '", name, "': expected shape ", shape_str(shape), ", file has ",

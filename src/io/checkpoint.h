@@ -70,17 +70,16 @@ class Checkpoint {
   const TensorInfo* find(std::string_view name) const;
   // Like find(), but not marking the tensor used (for probing optional layouts).
   bool contains(std::string_view name) const;
-  // The tensor, checked: missing, dtype not in `allowed`, or shape != `shape` throw dfl::Error, e.g.
-  // "tensor 'x.weight': expected shape [64, 32], file has [64, 48]". A negative entry in `shape`
-  // matches any extent at that position (the rank must still match).
+  // The tensor, checked: missing, dtype not in `allowed`, or shape != `shape` throw dfl::Error,
+  // e.g. "tensor 'x.weight': expected shape [64, 32], file has [64, 48]". A negative entry in
+  // `shape` matches any extent at that position (the rank must still match).
   const TensorInfo& require(std::string_view name, DTypeSet allowed,
                             std::vector<int64_t> shape) const;
 
   // All tensor names, sorted.
   std::vector<std::string> names() const;
   // Names never returned by find()/require(), sorted, skipping those starting with any prefix.
-  std::vector<std::string> unused_names(
-      const std::vector<std::string>& ignore_prefixes = {}) const;
+  std::vector<std::string> unused_names(const std::vector<std::string>& ignore_prefixes = {}) const;
   // Merged "__metadata__" of all files (first file wins on conflicts).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 

@@ -73,8 +73,9 @@ std::string describe(const json& j) {
     std::string s = "[";
     for (size_t i = 0; i < j.size(); ++i) {
       const json& x = j[i];
-      s += (i ? ", " : "") +
-           ((x.is_number() || x.is_boolean() || x.is_null()) ? x.dump() : std::string(x.type_name()));
+      s += (i ? ", " : "") + ((x.is_number() || x.is_boolean() || x.is_null())
+                                  ? x.dump()
+                                  : std::string(x.type_name()));
     }
     return s + "]";
   }
@@ -221,7 +222,8 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
         }
         return true;
       }
-      bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+      bool parse_error(std::size_t, const std::string&,
+                       const nlohmann::detail::exception&) override {
         return false;
       }
     } finder;

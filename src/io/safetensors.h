@@ -4,14 +4,15 @@
 // tensor names to {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]} (offsets relative
 // to the start of the data section) plus an optional "__metadata__" object of string → string.
 //
-// Contract: a file is accepted only when every tensor entry is well formed: a known dtype, a shape of
-// non-negative integers, offsets with begin <= end inside the data section, end - begin equal to
-// dtype_size × prod(shape) (computed without overflow), no two tensors sharing bytes, names that are
-// non-empty valid UTF-8 and unique. Anything else throws dfl::Error naming the file, the tensor and
-// the problem. Nothing is copied: TensorInfo::data points into the caller's buffer (the mapping).
+// Contract: a file is accepted only when every tensor entry is well formed: a known dtype, a shape
+// of non-negative integers, offsets with begin <= end inside the data section, end - begin equal to
+// dtype_size × prod(shape) (computed without overflow), no two tensors sharing bytes, names that
+// are non-empty valid UTF-8 and unique. Anything else throws dfl::Error naming the file, the tensor
+// and the problem. Nothing is copied: TensorInfo::data points into the caller's buffer (the
+// mapping).
 //
-// Alignment: the data section starts at 8 + N; writers usually pad N to a multiple of 8, but this is
-// not required, so `data` may be unaligned. Consumers that need alignment must check it.
+// Alignment: the data section starts at 8 + N; writers usually pad N to a multiple of 8, but this
+// is not required, so `data` may be unaligned. Consumers that need alignment must check it.
 #pragma once
 
 #include <cstddef>

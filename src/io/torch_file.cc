@@ -16,7 +16,7 @@ const PtValue* PtValue::get(std::string_view key) const {
 }
 
 const char* PtValue::kind_name(Kind k) {
-  static const char* kNames[] = {"None", "bool", "int",  "float", "str",
+  static const char* kNames[] = {"None", "bool",  "int",  "float", "str",
                                  "list", "tuple", "dict", "tensor"};
   return kNames[static_cast<int>(k)];
 }
@@ -42,7 +42,8 @@ PtValue read_archive(const ZipArchive& zip, const PtReadLimits& limits) {
   for (size_t i = 0; i < zip.names().size(); ++i) {
     const std::string& n = zip.names()[i];
     const size_t slash = n.find('/');
-    if (slash != std::string::npos && slash > 0 && n.substr(slash) == "/data.pkl") pkls.push_back(i);
+    if (slash != std::string::npos && slash > 0 && n.substr(slash) == "/data.pkl")
+      pkls.push_back(i);
   }
   DFL_CHECK(!pkls.empty(), "'", origin,
             "' has no <name>/data.pkl entry: not a torch.save file (or a legacy pre-1.6 one; "
@@ -85,8 +86,8 @@ MaskEmbedding read_mask_embedding(const std::string& path, int64_t hidden_size,
       std::string keys;
       for (const auto& [k, x] : v.dict)
         keys += (keys.empty() ? "" : ", ") + (k.kind == PtValue::Kind::kString ? k.s : "?");
-      throw Error(str("mask embedding '", path, "' is a dict without an 'embedding' entry (keys: ",
-                      keys, ")"));
+      throw Error(str("mask embedding '", path,
+                      "' is a dict without an 'embedding' entry (keys: ", keys, ")"));
     }
     if (const PtValue* id = v.get("mask_token_id"); id && !id->is_none()) {
       DFL_CHECK(id->kind == PtValue::Kind::kInt, "mask embedding '", path,
@@ -100,13 +101,14 @@ MaskEmbedding read_mask_embedding(const std::string& path, int64_t hidden_size,
   const DType dt = t.dtype;
   DFL_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16 || dt == DType::kF64,
             "mask embedding '", path, "' has dtype ", dtype_name(dt), "; expected a float tensor");
-  DFL_CHECK(t.numel() == hidden_size, "mask embedding '", path, "' has ", t.numel(),
-            " elements (shape ", [&] {
-              std::string s;
-              for (int64_t d : t.shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
-              return "[" + s + "]";
-            }(),
-            "), but the drafter's hidden_size is ", hidden_size);
+  DFL_CHECK(
+      t.numel() == hidden_size, "mask embedding '", path, "' has ", t.numel(), " elements (shape ",
+      [&] {
+        std::string s;
+        for (int64_t d : t.shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
+        return "[" + s + "]";
+      }(),
+      "), but the drafter's hidden_size is ", hidden_size);
   if (out.mask_token_id && config_mask_token_id)
     DFL_CHECK(*out.mask_token_id == *config_mask_token_id, "mask embedding '", path,
               "' is for mask_token_id ", *out.mask_token_id, ", but the drafter config says ",

@@ -2,12 +2,13 @@
 // other by raw pointer while unpickling (pickle shares and mutates objects through the memo, and a
 // hostile stream can build cycles); the result is then copied out into an owned PtValue tree under
 // depth and size budgets, which also turns a cycle into an error instead of a leak or a hang.
+#include "io/torch_pickle.h"
+
 #include <cstring>
 #include <map>
 #include <unordered_map>
 
 #include "core/error.h"
-#include "io/torch_pickle.h"
 #include "io/torch_tensor.h"
 #include "io/utf8.h"
 
@@ -26,20 +27,31 @@ enum class G : uint8_t {  // allowed globals
 };
 
 struct Obj {
-  enum class K : uint8_t { kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict, kTensor,
-                           kGlobal, kStorage };
+  enum class K : uint8_t {
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kTuple,
+    kDict,
+    kTensor,
+    kGlobal,
+    kStorage
+  };
   K kind = K::kNone;
   G global = G::kOrderedDict;
   DType dtype = DType::kU8;  // kGlobal (storage/dtype), kStorage (element type)
   bool b = false;
   int64_t i = 0;
   double f = 0;
-  std::string s;                                    // kString; kGlobal: dotted name
-  std::vector<Obj*> items;                          // kList, kTuple
-  std::vector<std::pair<Obj*, Obj*>> dict;          // kDict
-  std::shared_ptr<const PtTensor> tensor;           // kTensor
-  std::shared_ptr<const std::string> bytes;         // kStorage
-  bool untyped = false;                             // kStorage
+  std::string s;                             // kString; kGlobal: dotted name
+  std::vector<Obj*> items;                   // kList, kTuple
+  std::vector<std::pair<Obj*, Obj*>> dict;   // kDict
+  std::shared_ptr<const PtTensor> tensor;    // kTensor
+  std::shared_ptr<const std::string> bytes;  // kStorage
+  bool untyped = false;                      // kStorage
 };
 
 struct GlobalDef {
@@ -243,10 +255,11 @@ Obj* Vm::persistent_load(Obj* pid) {
   s->untyped = type->global == G::kUntypedStorage;
   s->dtype = s->untyped ? DType::kU8 : type->dtype;
   s->bytes = it->second;
-  const uint64_t need = static_cast<uint64_t>(numel) * dtype_size(s->dtype);  // numel < 2^63, size <= 8
+  const uint64_t need =
+      static_cast<uint64_t>(numel) * dtype_size(s->dtype);  // numel < 2^63, size <= 8
   if (need / dtype_size(s->dtype) != static_cast<uint64_t>(numel) || need > s->bytes->size())
-    fail("storage '", key, "' declares ", numel, " elements of ", dtype_name(s->dtype), " but holds ",
-         s->bytes->size(), " bytes");
+    fail("storage '", key, "' declares ", numel, " elements of ", dtype_name(s->dtype),
+         " but holds ", s->bytes->size(), " bytes");
   return s;
 }
 
@@ -313,8 +326,10 @@ Obj* Vm::execute() {
         if (v > 5) fail("pickle protocol ", int(v), " is not supported");
         break;
       }
-      case 0x95: take(8); break;  // FRAME: a size hint only
-      case '.': {                 // STOP
+      case 0x95:
+        take(8);
+        break;     // FRAME: a size hint only
+      case '.': {  // STOP
         Obj* r = pop();
         return r;
       }
@@ -322,10 +337,18 @@ Obj* Vm::execute() {
         if (marks_.size() >= 4096) fail("too many nested MARKs");
         marks_.push_back(stack_.size());
         break;
-      case '0': pop(); break;         // POP
-      case '1': pop_mark(); break;    // POP_MARK
-      case '2': push(top()); break;   // DUP
-      case 'N': push(make(Obj::K::kNone)); break;
+      case '0':
+        pop();
+        break;  // POP
+      case '1':
+        pop_mark();
+        break;  // POP_MARK
+      case '2':
+        push(top());
+        break;  // DUP
+      case 'N':
+        push(make(Obj::K::kNone));
+        break;
       case 0x88:
       case 0x89: {  // NEWTRUE / NEWFALSE
         Obj* o = make(Obj::K::kBool);
@@ -333,9 +356,15 @@ Obj* Vm::execute() {
         push(o);
         break;
       }
-      case 'J': push(make_int(static_cast<int32_t>(static_cast<uint32_t>(take_le(4))))); break;
-      case 'K': push(make_int(static_cast<int64_t>(take_le(1)))); break;
-      case 'M': push(make_int(static_cast<int64_t>(take_le(2)))); break;
+      case 'J':
+        push(make_int(static_cast<int32_t>(static_cast<uint32_t>(take_le(4)))));
+        break;
+      case 'K':
+        push(make_int(static_cast<int64_t>(take_le(1))));
+        break;
+      case 'M':
+        push(make_int(static_cast<int64_t>(take_le(2))));
+        break;
       case 0x8a:    // LONG1
       case 0x8b: {  // LONG4
         const uint64_t n = op == 0x8a ? take_le(1) : take_le(4);
@@ -365,9 +394,15 @@ Obj* Vm::execute() {
         push(o);
         break;
       }
-      case '}': push(make(Obj::K::kDict)); break;
-      case ']': push(make(Obj::K::kList)); break;
-      case ')': push(make(Obj::K::kTuple)); break;
+      case '}':
+        push(make(Obj::K::kDict));
+        break;
+      case ']':
+        push(make(Obj::K::kList));
+        break;
+      case ')':
+        push(make(Obj::K::kTuple));
+        break;
       case 't':
       case 'l': {  // TUPLE / LIST
         auto items = pop_mark();
@@ -418,11 +453,21 @@ Obj* Vm::execute() {
         dst.insert(dst.end(), items.begin(), items.end());
         break;
       }
-      case 'q': memo_put(take_le(1)); break;  // BINPUT
-      case 'r': memo_put(take_le(4)); break;  // LONG_BINPUT
-      case 0x94: memo_put(memo_.size()); break;  // MEMOIZE
-      case 'h': push(memo_get(take_le(1))); break;  // BINGET
-      case 'j': push(memo_get(take_le(4))); break;  // LONG_BINGET
+      case 'q':
+        memo_put(take_le(1));
+        break;  // BINPUT
+      case 'r':
+        memo_put(take_le(4));
+        break;  // LONG_BINPUT
+      case 0x94:
+        memo_put(memo_.size());
+        break;  // MEMOIZE
+      case 'h':
+        push(memo_get(take_le(1)));
+        break;  // BINGET
+      case 'j':
+        push(memo_get(take_le(4)));
+        break;     // LONG_BINGET
       case 'c': {  // GLOBAL
         std::string module = take_line();
         std::string name = take_line();
@@ -444,13 +489,16 @@ Obj* Vm::execute() {
       case 'b': {  // BUILD: only attribute state on dicts (state_dict()._metadata), ignored
         Obj* state = pop();
         Obj* inst = top();
-        if (inst->kind != Obj::K::kDict) fail("BUILD on a ", kind_name(inst->kind), " is not allowed");
+        if (inst->kind != Obj::K::kDict)
+          fail("BUILD on a ", kind_name(inst->kind), " is not allowed");
         if (state->kind != Obj::K::kDict && state->kind != Obj::K::kNone &&
             state->kind != Obj::K::kTuple)
           fail("BUILD state must be a dict, got ", kind_name(state->kind));
         break;
       }
-      case 'Q': push(persistent_load(pop())); break;  // BINPERSID
+      case 'Q':
+        push(persistent_load(pop()));
+        break;  // BINPERSID
       default: {
         static const char* kHex = "0123456789abcdef";
         const char hex[] = {'0', 'x', kHex[op >> 4], kHex[op & 15], 0};
@@ -466,10 +514,21 @@ PtValue Vm::materialize(const Obj* o, int depth, uint64_t* nodes, uint64_t* str_
   if (++*nodes > limits_.max_objects) fail("result has more than ", limits_.max_objects, " values");
   PtValue v;
   switch (o->kind) {
-    case Obj::K::kNone: v.kind = PtValue::Kind::kNone; break;
-    case Obj::K::kBool: v.kind = PtValue::Kind::kBool; v.b = o->b; break;
-    case Obj::K::kInt: v.kind = PtValue::Kind::kInt; v.i = o->i; break;
-    case Obj::K::kFloat: v.kind = PtValue::Kind::kFloat; v.f = o->f; break;
+    case Obj::K::kNone:
+      v.kind = PtValue::Kind::kNone;
+      break;
+    case Obj::K::kBool:
+      v.kind = PtValue::Kind::kBool;
+      v.b = o->b;
+      break;
+    case Obj::K::kInt:
+      v.kind = PtValue::Kind::kInt;
+      v.i = o->i;
+      break;
+    case Obj::K::kFloat:
+      v.kind = PtValue::Kind::kFloat;
+      v.f = o->f;
+      break;
     case Obj::K::kString:
       *str_bytes += o->s.size();
       if (*str_bytes > limits_.max_pickle_bytes) fail("result strings exceed the size limit");
@@ -489,13 +548,17 @@ PtValue Vm::materialize(const Obj* o, int depth, uint64_t* nodes, uint64_t* str_
         v.dict.push_back({materialize(k, depth + 1, nodes, str_bytes),
                           materialize(x, depth + 1, nodes, str_bytes)});
       break;
-    case Obj::K::kTensor: v.kind = PtValue::Kind::kTensor; v.tensor = o->tensor; break;
+    case Obj::K::kTensor:
+      v.kind = PtValue::Kind::kTensor;
+      v.tensor = o->tensor;
+      break;
     case Obj::K::kGlobal:
       if (o->global != G::kDType) fail("result holds the callable '", o->s, "'");
       v.kind = PtValue::Kind::kString;  // a saved torch.dtype reads back as its name
       v.s = o->s;
       break;
-    case Obj::K::kStorage: fail("result holds a bare storage (only tensors are supported)");
+    case Obj::K::kStorage:
+      fail("result holds a bare storage (only tensors are supported)");
   }
   return v;
 }

@@ -34,10 +34,10 @@ namespace dfl {
 // A tensor copied out of a .pt file.
 struct PtTensor {
   DType dtype = DType::kF32;
-  std::vector<int64_t> shape;          // outermost first
-  std::vector<int64_t> source_strides; // strides (in elements) as stored, for information
-  int64_t source_offset = 0;           // storage_offset as stored
-  std::vector<uint8_t> data;           // contiguous row-major, dtype_size(dtype) * numel() bytes
+  std::vector<int64_t> shape;           // outermost first
+  std::vector<int64_t> source_strides;  // strides (in elements) as stored, for information
+  int64_t source_offset = 0;            // storage_offset as stored
+  std::vector<uint8_t> data;            // contiguous row-major, dtype_size(dtype) * numel() bytes
 
   int64_t numel() const;
   // Elements converted to float (F32/F64/F16/BF16/F8 dtypes; integer dtypes are converted too).
@@ -54,12 +54,12 @@ struct PtValue {
   bool b = false;
   int64_t i = 0;
   double f = 0;
-  std::string s;                                  // kString
-  std::vector<PtValue> items;                     // kList, kTuple
-  std::vector<PtEntry> dict;                      // kDict (also OrderedDict), insertion order;
-                                                  // keys are str or int; a repeated key (never
-                                                  // written by torch) stays a separate entry
-  std::shared_ptr<const PtTensor> tensor;         // kTensor (shared: a tensor may appear twice)
+  std::string s;                           // kString
+  std::vector<PtValue> items;              // kList, kTuple
+  std::vector<PtEntry> dict;               // kDict (also OrderedDict), insertion order;
+                                           // keys are str or int; a repeated key (never
+                                           // written by torch) stays a separate entry
+  std::shared_ptr<const PtTensor> tensor;  // kTensor (shared: a tensor may appear twice)
 
   bool is_none() const { return kind == Kind::kNone; }
   bool is_tensor() const { return kind == Kind::kTensor; }
@@ -77,7 +77,7 @@ struct PtEntry {
 };
 
 struct PtReadLimits {
-  uint64_t max_pickle_bytes = 64ull << 20;     // data.pkl
+  uint64_t max_pickle_bytes = 64ull << 20;       // data.pkl
   uint64_t max_total_tensor_bytes = 8ull << 30;  // materialized tensor bytes, all tensors
   uint64_t max_objects = 4u << 20;               // values created while unpickling
   int max_depth = 64;                            // container nesting of the result
@@ -98,8 +98,8 @@ PtValue unpickle_torch(std::string_view pkl, const std::string& origin, StorageL
 // The DFlash drafter's optional mask_embedding.pt (DFLASH-SPEC §3.2): a bare tensor or a dict
 // {"embedding": tensor, "mask_token_id": int}.
 struct MaskEmbedding {
-  std::vector<float> values;                  // [hidden_size]
-  std::optional<int64_t> mask_token_id;       // from the file, when it had one
+  std::vector<float> values;             // [hidden_size]
+  std::optional<int64_t> mask_token_id;  // from the file, when it had one
 };
 // Reads and checks it: numel must equal hidden_size (any shape is flattened); a file id that
 // disagrees with `config_mask_token_id` is a dfl::Error.

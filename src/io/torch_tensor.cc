@@ -18,7 +18,9 @@ std::vector<float> PtTensor::to_f32() const {
   const uint8_t* p = data.data();
   for (size_t k = 0; k < n; ++k) {
     switch (dtype) {
-      case DType::kF32: std::memcpy(&out[k], p + 4 * k, 4); break;
+      case DType::kF32:
+        std::memcpy(&out[k], p + 4 * k, 4);
+        break;
       case DType::kF64: {
         double d;
         std::memcpy(&d, p + 8 * k, 8);
@@ -32,11 +34,21 @@ std::vector<float> PtTensor::to_f32() const {
         out[k] = dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
         break;
       }
-      case DType::kF8E4M3: out[k] = f8e4m3_to_f32(p[k]); break;
-      case DType::kF8E5M2: out[k] = f8e5m2_to_f32(p[k]); break;
-      case DType::kI8: out[k] = static_cast<int8_t>(p[k]); break;
-      case DType::kU8: out[k] = p[k]; break;
-      case DType::kBool: out[k] = p[k] ? 1.f : 0.f; break;
+      case DType::kF8E4M3:
+        out[k] = f8e4m3_to_f32(p[k]);
+        break;
+      case DType::kF8E5M2:
+        out[k] = f8e5m2_to_f32(p[k]);
+        break;
+      case DType::kI8:
+        out[k] = static_cast<int8_t>(p[k]);
+        break;
+      case DType::kU8:
+        out[k] = p[k];
+        break;
+      case DType::kBool:
+        out[k] = p[k] ? 1.f : 0.f;
+        break;
       case DType::kI16: {
         int16_t v;
         std::memcpy(&v, p + 2 * k, 2);
@@ -65,7 +77,8 @@ bool copy_strided(const std::string& storage, DType dtype, int64_t offset,
                   uint64_t max_bytes, PtTensor* out, std::string* why) {
   const uint64_t es = dtype_size(dtype);
   if (shape.size() != strides.size()) return *why = "size and stride ranks differ", false;
-  if (shape.size() > kPtMaxRank) return *why = str("rank ", shape.size(), " over ", kPtMaxRank), false;
+  if (shape.size() > kPtMaxRank)
+    return *why = str("rank ", shape.size(), " over ", kPtMaxRank), false;
   if (offset < 0) return *why = str("negative storage_offset ", offset), false;
   uint64_t numel = 1, last = 0;  // `last`: element index of the view's final element, minus offset
   bool empty = false;
@@ -90,8 +103,8 @@ bool copy_strided(const std::string& storage, DType dtype, int64_t offset,
     return *why = str("tensor of ", numel, " elements exceeds the size limit"), false;
   const uint64_t storage_elems = storage.size() / es;
   uint64_t end;  // one past the last element read
-  if (!empty && (__builtin_add_overflow(static_cast<uint64_t>(offset), last, &end) ||
-                 end >= storage_elems))
+  if (!empty &&
+      (__builtin_add_overflow(static_cast<uint64_t>(offset), last, &end) || end >= storage_elems))
     return *why = str("tensor view (offset ", offset, ", last element ", offset, "+", last,
                       ") reaches past its storage of ", storage_elems, " elements"),
            false;

@@ -1,4 +1,5 @@
-// Copying a strided view out of a raw torch storage (internal to the .pt reader; exposed for tests).
+// Copying a strided view out of a raw torch storage (internal to the .pt reader; exposed for
+// tests).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// Strict UTF-8 validation shared by the file readers (names in safetensors headers, pickle strings).
+// Strict UTF-8 validation shared by the file readers (names in safetensors headers, pickle
+// strings).
 #pragma once
 
 #include <cstddef>

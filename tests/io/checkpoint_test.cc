@@ -26,9 +26,8 @@ std::string st_with(const std::vector<std::pair<std::string, std::vector<int64_t
       sh += (sh.empty() ? "" : ",") + std::to_string(d);
     }
     if (h.size() > 1) h += ",";
-    h += "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" + sh +
-         "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
-         std::to_string(data.size() + n) + "]}";
+    h += "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" + sh + "],\"data_offsets\":[" +
+         std::to_string(data.size()) + "," + std::to_string(data.size() + n) + "]}";
     data += std::string(n, '\0');
   }
   return make_st(h + "}", data);
@@ -60,8 +59,9 @@ TEST(Checkpoint, SingleFileRequireAndMessages) {
   EXPECT_EQ(n.shape, (std::vector<int64_t>{32}));
   EXPECT_EQ(ck.require("lm_head.weight", DType::kF32, {-1, 32}).shape[0], 10);  // wildcard
 
-  const std::string shape = error_of(
-      [&] { ck.require("model.layers.0.self_attn.q_proj.weight", kFloatWeights, {64, 32}); });
+  const std::string shape = error_of([&] {
+    ck.require("model.layers.0.self_attn.q_proj.weight", kFloatWeights, {64, 32});
+  });
   EXPECT_EQ(shape.rfind("tensor 'model.layers.0.self_attn.q_proj.weight': expected shape [64, 32], "
                         "file has [64, 48]",
                         0),
@@ -69,12 +69,14 @@ TEST(Checkpoint, SingleFileRequireAndMessages) {
       << shape;
   const std::string rank = error_of([&] { ck.require("model.norm.weight", DType::kF32, {32, 1}); });
   EXPECT_NE(rank.find("expected shape [32, 1], file has [32]"), std::string::npos) << rank;
-  const std::string dt =
-      error_of([&] { ck.require("model.norm.weight", {DType::kBF16, DType::kF16}, {32}); });
+  const std::string dt = error_of([&] {
+    ck.require("model.norm.weight", {DType::kBF16, DType::kF16}, {32});
+  });
   EXPECT_NE(dt.find("tensor 'model.norm.weight': expected dtype BF16 or F16, file has F32"),
             std::string::npos)
       << dt;
-  const std::string missing = error_of([&] { ck.require("model.embed_tokens.weight", DType::kF32, {5}); });
+  const std::string missing =
+      error_of([&] { ck.require("model.embed_tokens.weight", DType::kF32, {5}); });
   EXPECT_NE(missing.find("tensor 'model.embed_tokens.weight'"), std::string::npos) << missing;
   EXPECT_NE(missing.find("missing"), std::string::npos) << missing;
 
@@ -89,9 +91,10 @@ TEST(Checkpoint, ShardedWithIndex) {
   TempDir dir("ck");
   write_file(dir.path() / "model-00001-of-00002.safetensors", st_with({{"a", {2}}, {"b", {3}}}));
   write_file(dir.path() / "model-00002-of-00002.safetensors", st_with({{"c", {4}}}));
-  write_file(dir.path() / "model.safetensors.index.json",
-             R"({"metadata":{"total_size":36},"weight_map":{"a":"model-00001-of-00002.safetensors",)"
-             R"("b":"model-00001-of-00002.safetensors","c":"model-00002-of-00002.safetensors"}})");
+  write_file(
+      dir.path() / "model.safetensors.index.json",
+      R"({"metadata":{"total_size":36},"weight_map":{"a":"model-00001-of-00002.safetensors",)"
+      R"("b":"model-00001-of-00002.safetensors","c":"model-00002-of-00002.safetensors"}})");
   Checkpoint ck(dir.str());
   EXPECT_EQ(ck.files().size(), 2u);  // each shard opened once
   EXPECT_EQ(ck.names(), (std::vector<std::string>{"a", "b", "c"}));

@@ -28,11 +28,11 @@ std::string error_of(const std::string& bytes) {
   return "";
 }
 
-#define EXPECT_ERR(bytes, ...)                                                  \
-  do {                                                                          \
-    const std::string msg_ = error_of(bytes);                                   \
-    EXPECT_NE(msg_.find("mem.safetensors"), std::string::npos) << msg_;         \
-    for (const char* part_ : {__VA_ARGS__})                                     \
+#define EXPECT_ERR(bytes, ...)                                                                \
+  do {                                                                                        \
+    const std::string msg_ = error_of(bytes);                                                 \
+    EXPECT_NE(msg_.find("mem.safetensors"), std::string::npos) << msg_;                       \
+    for (const char* part_ : {__VA_ARGS__})                                                   \
       EXPECT_NE(msg_.find(part_), std::string::npos) << "'" << part_ << "' not in: " << msg_; \
   } while (0)
 
@@ -63,17 +63,16 @@ TEST(Safetensors, ParsesTensorsAndMetadata) {
 }
 
 TEST(Safetensors, ScalarsZeroSizeAndAllKnownDtypes) {
-  const std::string h =
-      R"({"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]},)"
-      R"("z":{"dtype":"I32","shape":[0,5],"data_offsets":[8,8]},)"
-      R"("a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[8,10]},)"
-      R"("b":{"dtype":"F8_E5M2","shape":[1],"data_offsets":[10,11]},)"
-      R"("c":{"dtype":"BOOL","shape":[1],"data_offsets":[11,12]},)"
-      R"("d":{"dtype":"U8","shape":[1],"data_offsets":[12,13]},)"
-      R"("e":{"dtype":"I8","shape":[1],"data_offsets":[13,14]},)"
-      R"("f":{"dtype":"I16","shape":[1],"data_offsets":[14,16]},)"
-      R"("g":{"dtype":"I64","shape":[1],"data_offsets":[16,24]},)"
-      R"("h":{"dtype":"F16","shape":[2],"data_offsets":[24,28]}})";
+  const std::string h = R"({"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]},)"
+                        R"("z":{"dtype":"I32","shape":[0,5],"data_offsets":[8,8]},)"
+                        R"("a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[8,10]},)"
+                        R"("b":{"dtype":"F8_E5M2","shape":[1],"data_offsets":[10,11]},)"
+                        R"("c":{"dtype":"BOOL","shape":[1],"data_offsets":[11,12]},)"
+                        R"("d":{"dtype":"U8","shape":[1],"data_offsets":[12,13]},)"
+                        R"("e":{"dtype":"I8","shape":[1],"data_offsets":[13,14]},)"
+                        R"("f":{"dtype":"I16","shape":[1],"data_offsets":[14,16]},)"
+                        R"("g":{"dtype":"I64","shape":[1],"data_offsets":[16,24]},)"
+                        R"("h":{"dtype":"F16","shape":[2],"data_offsets":[24,28]}})";
   const auto st = parse(make_st(h, std::string(28, '\0')));
   EXPECT_EQ(st.tensors.size(), 10u);
 }
@@ -115,8 +114,8 @@ TEST(Safetensors, MissingOrInvalidFields) {
 }
 
 TEST(Safetensors, UnknownDtype) {
-  EXPECT_ERR(make_st(R"({"w":{"dtype":"F4","shape":[1],"data_offsets":[0,1]}})", "a"),
-             "tensor 'w'", "unknown dtype 'F4'");
+  EXPECT_ERR(make_st(R"({"w":{"dtype":"F4","shape":[1],"data_offsets":[0,1]}})", "a"), "tensor 'w'",
+             "unknown dtype 'F4'");
 }
 
 TEST(Safetensors, OffsetsOutOfRangeOrReversed) {
@@ -145,17 +144,17 @@ TEST(Safetensors, OverlappingTensors) {
 }
 
 TEST(Safetensors, SizeMismatchAndOverflow) {
-  EXPECT_ERR(make_st(R"({"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,8]}})",
-                     std::string(8, 'x')),
-             "tensor 'w'", "byte size 8 does not match dtype BF16 x shape [3] = 6 bytes");
+  EXPECT_ERR(
+      make_st(R"({"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,8]}})", std::string(8, 'x')),
+      "tensor 'w'", "byte size 8 does not match dtype BF16 x shape [3] = 6 bytes");
   EXPECT_ERR(make_st(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],)"
                      R"("data_offsets":[0,0]}})",
                      ""),
              "tensor 'w'", "overflows");
   // Product fits in u64 but times dtype size does not.
-  EXPECT_ERR(make_st(R"({"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})",
-                     ""),
-             "overflows");
+  EXPECT_ERR(
+      make_st(R"({"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})", ""),
+      "overflows");
   // Overflowing partial product followed by a zero extent is an empty tensor, not an error.
   EXPECT_NO_THROW(parse(make_st(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16,0],)"
                                 R"("data_offsets":[0,0]}})",
@@ -163,8 +162,9 @@ TEST(Safetensors, SizeMismatchAndOverflow) {
 }
 
 TEST(Safetensors, NonUtf8AndDuplicateNames) {
-  EXPECT_ERR(make_st("{\"w\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd"),
-             "not valid UTF-8 at byte 3 (after 'w')");
+  EXPECT_ERR(
+      make_st("{\"w\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd"),
+      "not valid UTF-8 at byte 3 (after 'w')");
   EXPECT_ERR(make_st(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                      R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                      std::string(8, 'x')),
@@ -189,8 +189,9 @@ TEST(Safetensors, FileErrorsNameThePath) {
 
 TEST(Safetensors, FileFindAndMove) {
   test::TempDir dir("st");
-  test::write_file(dir.path() / "m.safetensors",
-                   make_st(R"({"x":{"dtype":"I8","shape":[3],"data_offsets":[0,3]}})", "\x01\x02\x03"));
+  test::write_file(
+      dir.path() / "m.safetensors",
+      make_st(R"({"x":{"dtype":"I8","shape":[3],"data_offsets":[0,3]}})", "\x01\x02\x03"));
   SafetensorsFile f(dir.file("m.safetensors"));
   const TensorInfo* x = f.find("x");
   ASSERT_NE(x, nullptr);

@@ -167,8 +167,8 @@ PtValue unpickle(const std::string& pkl) {
 
 TEST(TorchPickle, VmPrimitives) {
   // PROTO 2, MARK, BININT -5, BININT2 513, LONG1 0 bytes, BINFLOAT 1.5, TUPLE, STOP
-  const std::string pkl("\x80\x02(J\xfb\xff\xff\xffM\x01\x02\x8a\x00G\x3f\xf8\x00\x00\x00\x00\x00\x00t.",
-                        28);
+  const std::string pkl(
+      "\x80\x02(J\xfb\xff\xff\xffM\x01\x02\x8a\x00G\x3f\xf8\x00\x00\x00\x00\x00\x00t.", 28);
   const PtValue v = unpickle(pkl);
   ASSERT_EQ(v.kind, PtValue::Kind::kTuple);
   ASSERT_EQ(v.items.size(), 4u);
@@ -182,14 +182,14 @@ TEST(TorchPickle, VmPrimitives) {
   EXPECT_EQ(d.get("k")->i, 2);
   EXPECT_THROW(unpickle("}N\x29s."), Error);  // a None key is refused
   EXPECT_THROW(unpickle(""), Error);
-  EXPECT_THROW(unpickle("\x80\x09."), Error);           // protocol 9
-  EXPECT_THROW(unpickle("K\x01(0."), Error);              // POP across a MARK
-  EXPECT_THROW(unpickle("X\xff\xff\xff\x7f"), Error);    // string longer than the stream
+  EXPECT_THROW(unpickle("\x80\x09."), Error);                      // protocol 9
+  EXPECT_THROW(unpickle("K\x01(0."), Error);                       // POP across a MARK
+  EXPECT_THROW(unpickle("X\xff\xff\xff\x7f"), Error);              // string longer than the stream
   EXPECT_THROW(unpickle(std::string("\x8c\x01\xff.", 4)), Error);  // invalid UTF-8
-  EXPECT_THROW(unpickle("}Na."), Error);                  // APPEND onto a dict
-  EXPECT_THROW(unpickle("N}b."), Error);                  // BUILD onto None
-  EXPECT_TRUE(unpickle("}Nb.").is_dict());                // BUILD of None state onto a dict
-  EXPECT_THROW(unpickle("K\x01"), Error);                // no STOP
+  EXPECT_THROW(unpickle("}Na."), Error);                           // APPEND onto a dict
+  EXPECT_THROW(unpickle("N}b."), Error);                           // BUILD onto None
+  EXPECT_TRUE(unpickle("}Nb.").is_dict());  // BUILD of None state onto a dict
+  EXPECT_THROW(unpickle("K\x01"), Error);   // no STOP
 }
 
 TEST(CopyStrided, BoundsAndOverflow) {
@@ -205,8 +205,8 @@ TEST(CopyStrided, BoundsAndOverflow) {
   EXPECT_FALSE(copy_strided(storage, DType::kF32, 3, {2, 2}, {1, 2}, 1 << 20, &t, &why));
   EXPECT_FALSE(copy_strided(storage, DType::kF32, -1, {1}, {1}, 1 << 20, &t, &why));
   EXPECT_FALSE(copy_strided(storage, DType::kF32, 0, {1}, {-1}, 1 << 20, &t, &why));
-  EXPECT_FALSE(copy_strided(storage, DType::kF32, 0, {int64_t{1} << 62, 4}, {0, 0}, 1 << 20, &t,
-                            &why));
+  EXPECT_FALSE(
+      copy_strided(storage, DType::kF32, 0, {int64_t{1} << 62, 4}, {0, 0}, 1 << 20, &t, &why));
   EXPECT_FALSE(copy_strided(storage, DType::kF32, 0, {3}, {int64_t{1} << 62}, 1 << 20, &t, &why));
   // Stride-0 broadcast is legal, bounded by max_bytes.
   ASSERT_TRUE(copy_strided(storage, DType::kF32, 5, {3}, {0}, 12, &t, &why)) << why;
