@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 #include "sampling/verify.h"
 
 namespace dfl {
@@ -91,16 +92,22 @@ GenerateResult Generator::generate(const GenerateRequest& req, const TokenCallba
                                            : proposer_->max_draft() + 1;
   DFL_CHECK(block >= 1, "block size must be at least 1");
   res.stats.acceptance_histogram.assign(block, 0);
+  res.stats.draft_length_histogram.assign(block, 0);
+  BlockPolicy* policy = req.block_policy;
+  const bool replay = req.replay_accept && !req.replay_accept->empty();
+  int64_t cycle = 0;
   Draft draft;
   std::vector<int32_t> verify_tokens;
   for (;;) {
     const int32_t remaining = budget - res.stats.generated_tokens;
-    const int32_t n_draft = std::min({block - 1, remaining - 1, kv.max_context() - s - 1});
+    const int32_t k = policy ? std::min(block - 1, policy->choose()) : block - 1;
+    const int32_t n_draft = std::min({k, remaining - 1, kv.max_context() - s - 1});
     draft.tokens.clear();
     draft.probs.clear();
     auto td = Clock::now();
     if (n_draft > 0) proposer_->propose(seq, anchor, s, n_draft, req.sampling, rng, draft);
-    res.stats.draft_s += seconds_since(td);
+    double cycle_draft_s = seconds_since(td);
+    res.stats.draft_s += cycle_draft_s;
 
     // One target pass over [anchor, drafts...] at positions s..s+n_draft.
     auto tv = Clock::now();
@@ -112,14 +119,23 @@ GenerateResult Generator::generate(const GenerateRequest& req, const TokenCallba
     fa.logits = LogitsMode::kAll;
     target_.forward(fa, fo);
     const int32_t nd = static_cast<int32_t>(draft.tokens.size());
-    const VerifyResult vr =
+    VerifyResult vr =
         req.sampling.greedy()
             ? verify_greedy(draft.tokens.data(), nd, fo.logits.data(), V)
             : verify_rejection(draft.tokens.data(), nd, fo.logits.data(), draft.probs.data(), V,
                                req.sampling, rng);
-    res.stats.verify_s += seconds_since(tv);
+    if (replay && nd > 0) {  // projected mode: replayed acceptance (see GenerateRequest)
+      const auto& L = *req.replay_accept;
+      vr.n_accepted = std::clamp(L[size_t(cycle % int64_t(L.size()))], 0, nd);
+      vr.next_token = static_cast<int32_t>(
+          ops::argmax(fo.logits.data() + size_t(vr.n_accepted) * size_t(V), V));
+    }
+    const double cycle_verify_s = seconds_since(tv);
+    res.stats.verify_s += cycle_verify_s;
     ++res.stats.target_passes;
     if (nd > 0) {
+      ++cycle;
+      ++res.stats.draft_length_histogram[nd];
       ++res.stats.draft_steps;
       res.stats.drafted_tokens += nd;
       res.stats.accepted_tokens += vr.n_accepted;
@@ -137,7 +153,14 @@ GenerateResult Generator::generate(const GenerateRequest& req, const TokenCallba
     kv.truncate(seq, s + vr.n_accepted + 1);
     auto ta = Clock::now();
     proposer_->add_context(seq, fo.aux.data(), vr.n_accepted + 1, s);
-    res.stats.draft_s += seconds_since(ta);
+    const double ctx_s = seconds_since(ta);
+    cycle_draft_s += ctx_s;
+    res.stats.draft_s += ctx_s;
+    if (policy && nd > 0) {
+      policy->observe(nd, vr.n_accepted);
+      policy->observe_verify_time(nd + 1, cycle_verify_s);
+      policy->observe_draft_time(nd + 1, cycle_draft_s);
+    }
     s += vr.n_accepted + 1;
     anchor = vr.next_token;
   }

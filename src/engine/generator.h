@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/block_policy.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "spec/proposer.h"
@@ -28,6 +29,16 @@ struct GenerateRequest {
   int32_t block_size = 0;         // tokens per verify block incl. the anchor; 0 = drafter's own
   bool trace = false;             // keep per-cycle drafted ids and accepted counts
   int32_t seq = 0;                // KV-cache sequence slot to use
+  // Auto draft length (`--block-size auto`): when set, each cycle drafts
+  // min(block_policy->choose(), block − 1) tokens and the policy learns from every cycle's
+  // acceptance and timings (engine/block_policy.h). Owned by the caller.
+  BlockPolicy* block_policy = nullptr;
+  // BENCH ONLY — figures made with it are PROJECTED, not measured speedups. When set (and not
+  // empty), cycle i's verify outcome is overridden by the replayed latent acceptance length
+  // L = (*replay_accept)[i % size]: the cycle accepts min(L, drafted) drafts and commits the
+  // target's argmax after them, so the real drafter + verify + rollback pipeline runs with a
+  // chosen acceptance profile even on random-weight models (dflash bench --assume-tau).
+  const std::vector<int32_t>* replay_accept = nullptr;
 };
 
 struct CycleTrace {
@@ -43,6 +54,7 @@ struct GenerateStats {
   int64_t draft_steps = 0, drafted_tokens = 0, accepted_tokens = 0, target_passes = 0;
   int64_t committed_in_cycles = 0;            // Σ (accepted + 1) over cycles
   std::vector<int64_t> acceptance_histogram;  // [accepted count] → cycles
+  std::vector<int64_t> draft_length_histogram;  // [drafted count] → cycles
   double draft_s = 0, verify_s = 0;
   // τ: mean tokens committed per target verify pass (the paper's acceptance length).
   double mean_acceptance_length() const {

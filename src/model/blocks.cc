@@ -9,7 +9,7 @@
 namespace dfl {
 
 DenseLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const LayerSpec& s,
-                            int32_t H, int32_t I) {
+                            int32_t H, int32_t I, const LoadOptions& opts, ThreadPool* pool) {
   DenseLayer w;
   w.in_norm = load_vector(ck, p + "input_layernorm.weight", H);
   w.post_norm = load_vector(ck, p + "post_attention_layernorm.weight", H);
@@ -23,7 +23,16 @@ DenseLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const La
   w.gate = load_linear(ck, p + "mlp.gate_proj.weight", I, H);
   w.up = load_linear(ck, p + "mlp.up_proj.weight", I, H);
   w.down = load_linear(ck, p + "mlp.down_proj.weight", H, I);
+  w.owned.q8.reserve(7);
+  w.owned.packed.reserve(7);
+  for (WeightMatrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down})
+    convert_weight(*m, opts, w.owned, pool);
   return w;
+}
+
+int64_t DenseLayer::matrix_bytes() const {
+  return weight_bytes(q) + weight_bytes(k) + weight_bytes(v) + weight_bytes(o) +
+         weight_bytes(gate) + weight_bytes(up) + weight_bytes(down);
 }
 
 void project_qkv(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, const float* a,

@@ -9,7 +9,9 @@
 #include "kernels/ops.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/rope.h"
+#include "model/weights.h"
 
 namespace dfl {
 
@@ -20,12 +22,17 @@ struct DenseLayer {
   std::vector<float> sinks;               // [n_heads] or empty
   WeightMatrix q, k, v, o;                // [nh*hd, H], [nkv*hd, H], [nkv*vd, H], [H, nh*vd]
   WeightMatrix gate, up, down;            // [I, H], [I, H], [H, I]
+  OwnedWeights owned;                     // load-time copies (LoadOptions.weights_format)
+  int64_t matrix_bytes() const;           // bytes of q..down as held
 };
 
 // Loads "<prefix>input_layernorm.weight", "<prefix>self_attn.q_proj.weight", ... with shapes from
 // the config; sinks from "<prefix>self_attn.attention_sink_bias" when spec.sinks.
+// The seven matrices get the load-time format of `opts` (convert_weight; Q8 quantization or
+// prepacking, parallelized on `pool` if given). Default options: as stored, prepacked.
 DenseLayer load_dense_layer(const Checkpoint& ck, const std::string& prefix, const LayerSpec& spec,
-                            int32_t hidden, int32_t intermediate);
+                            int32_t hidden, int32_t intermediate, const LoadOptions& opts = {},
+                            ThreadPool* pool = nullptr);
 
 // Reusable scratch buffers (grown on demand, never shrunk).
 struct Scratch {

@@ -25,6 +25,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/rope.h"
+#include "model/weights.h"
 
 namespace dfl {
 
@@ -62,6 +63,7 @@ class DFlashDraftModel {
   ThreadPool& pool_;
   std::string prefix_;                 // "" (z-lab) or "model." (MiMo)
   WeightMatrix fc_;                    // [H, K·H_t]
+  OwnedWeights owned_;                 // load-time copy of fc (Q8 / prepacked), if any
   std::vector<float> hidden_norm_, final_norm_;
   std::vector<DenseLayer> layers_;
   std::vector<RopeTable> rope_block_, rope_ctx_;  // per layer

@@ -35,10 +35,20 @@ struct ForwardOut {
   std::vector<float> aux;     // [n, aux.size() * hidden]: per token, the captured rows side by side
 };
 
+// How the big matrices are held after loading. kAsStored: the stored dtype, read in place from
+// the mapping — or, with LoadOptions.prepack, from a copy re-laid out once by prepack_weight()
+// when this machine's fastest kernel streams another layout (e.g. AMX tiles for BF16).
+// kQ8: each Linear weight (and the lm_head) is quantized once at load time to the int8
+// per-block format of kernels/ops.h (kPackedQ8, ~1.06 bytes per weight); norms stay fp32 and the
+// embedding rows are still read from the stored table.
+enum class WeightsFormat : uint8_t { kAsStored, kQ8 };
+
 struct LoadOptions {
   int32_t max_context = 4096;  // positions a sequence may hold
   int32_t n_seqs = 1;          // sequences held side by side in the KV cache
   int32_t max_block = 16;      // most tokens appended/rolled back at once after prefill
+  WeightsFormat weights_format = WeightsFormat::kAsStored;
+  bool prepack = true;  // kAsStored: use prepack_weight()'s layout where the machine has one
 };
 
 class CausalLM {

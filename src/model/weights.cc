@@ -25,6 +25,32 @@ WeightMatrix load_linear(const Checkpoint& ck, const std::string& name, int64_t 
   return w;
 }
 
+void convert_weight(WeightMatrix& w, const LoadOptions& opts, OwnedWeights& store,
+                    ThreadPool* pool) {
+  if (w.packed_format != kPackedNone) return;
+  if (opts.weights_format == WeightsFormat::kQ8) {
+    store.q8.push_back(quantize_q8(w, pool));
+    w = store.q8.back().matrix();
+  } else if (opts.prepack) {
+    PackedWeight p = prepack_weight(w, pool);
+    if (!p.repacked()) return;
+    store.packed.push_back(std::move(p));
+    w = store.packed.back().matrix();
+  }
+}
+
+int64_t weight_bytes(const WeightMatrix& w) {
+  if (w.packed_format == kPackedQ8) {  // (an AMX-packed BF16 matrix streams the same bytes)
+    const int64_t nb = (w.n_in + kQ8Block - 1) / kQ8Block;
+    return w.n_out * nb * (kQ8Block + int64_t(sizeof(float)));
+  }
+  int64_t b = w.n_out * w.n_in * int64_t(dtype_size(w.dtype));
+  if (w.dtype == DType::kF8E4M3 && w.scale)
+    b += ((w.n_out + w.scale_block_out - 1) / w.scale_block_out) *
+         ((w.n_in + w.scale_block_in - 1) / w.scale_block_in) * int64_t(sizeof(float));
+  return b;
+}
+
 std::vector<float> load_vector(const Checkpoint& ck, const std::string& name, int64_t n) {
   const TensorInfo& t = ck.require(name, kFloatWeights, {n});
   std::vector<float> out(n);

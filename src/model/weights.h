@@ -9,12 +9,29 @@
 
 #include "io/checkpoint.h"
 #include "kernels/ops.h"
+#include "model/model.h"
 
 namespace dfl {
 
 // A [n_out, n_in] Linear weight, F32/BF16/F16 as stored, or F8_E4M3 with its
 // `<name minus .weight>.weight_scale_inv` block-scale grid when present.
 WeightMatrix load_linear(const Checkpoint& ck, const std::string& name, int64_t n_out, int64_t n_in);
+
+// Load-time copies of weights (Q8 quantizations, prepacked layouts). Moving it keeps every
+// WeightMatrix made from it valid (the element buffers stay where they are).
+struct OwnedWeights {
+  std::vector<QuantizedQ8> q8;
+  std::vector<PackedWeight> packed;
+};
+
+// Applies the load-time weights format of `opts` to `w`: kQ8 replaces it by its Q8 quantization;
+// kAsStored with opts.prepack replaces it by prepack_weight()'s layout when that differs from the
+// stored one. The copies go to `store`. `pool` (optional) parallelizes.
+void convert_weight(WeightMatrix& w, const LoadOptions& opts, OwnedWeights& store,
+                    ThreadPool* pool);
+
+// Bytes a full pass over `w` reads (data + scales), whatever its format.
+int64_t weight_bytes(const WeightMatrix& w);
 
 // A [n] vector as fp32.
 std::vector<float> load_vector(const Checkpoint& ck, const std::string& name, int64_t n);

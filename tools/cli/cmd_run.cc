@@ -33,7 +33,11 @@ const std::vector<FlagSpec> kFlags = {
     {"--seed", "S", "RNG seed (default 0)"},
     {"--threads", "N", "worker threads (default: all cores)"},
     {"--ctx-size", "N", "context limit in tokens (default 4096)"},
-    {"--block-size", "B", "speculative block size incl. the anchor (default: the drafter's)"},
+    {"--block-size", "B", "speculative block size incl. the anchor (default: the drafter's); "
+                          "'auto' picks the draft length per cycle from the measured verify cost "
+                          "curve and the running acceptance (engine/block_policy.h)"},
+    {"--weights", "FMT", "bf16 (default: as stored, prepacked where the machine has a faster "
+                         "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
     {"--trace", "", "with --draft: record per cycle the drafted ids and how many were accepted"},
     {"--json", "", "print one JSON object {token_ids, text, stats} instead of streaming"},
     {"--help", "", "show this help"},
@@ -81,7 +85,8 @@ int cmd_run(int argc, char** argv) {
   DFL_CHECK(req.sampling.top_k >= 0, "--top-k must be >= 0");
   DFL_CHECK(req.sampling.top_p > 0 && req.sampling.top_p <= 1, "--top-p must be in (0, 1]");
   DFL_CHECK(req.sampling.min_p >= 0 && req.sampling.min_p <= 1, "--min-p must be in [0, 1]");
-  req.block_size = static_cast<int32_t>(args.integer("--block-size", 0));
+  const bool auto_block = args.str("--block-size") == "auto";
+  req.block_size = auto_block ? 0 : static_cast<int32_t>(args.integer("--block-size", 0));
   DFL_CHECK(req.block_size >= 0 && req.block_size <= 256, "--block-size must be in [1, 256]");
   req.trace = args.has("--trace");
   const int threads = static_cast<int>(args.integer("--threads", hardware_threads()));
@@ -115,6 +120,12 @@ int cmd_run(int argc, char** argv) {
   ThreadPool pool(threads);
   LoadOptions lo;
   lo.max_context = ctx;
+  const std::string wfmt = args.str("--weights", "bf16");
+  DFL_CHECK(wfmt == "bf16" || wfmt == "q8" || wfmt == "stored",
+            "--weights must be bf16, stored or q8, got '", wfmt, "'");
+  if (wfmt == "q8") lo.weights_format = WeightsFormat::kQ8;
+  lo.prepack = wfmt != "stored";
+  DFL_CHECK(!auto_block || args.has("--draft"), "--block-size auto needs --draft");
   std::unique_ptr<DFlashProposer> proposer;
   std::unique_ptr<CausalLM> target;
   if (args.has("--draft")) {
@@ -131,6 +142,20 @@ int cmd_run(int argc, char** argv) {
     proposer = std::make_unique<DFlashProposer>(std::move(drafter), *target);
   }
   Generator gen(*target, proposer.get());
+  std::unique_ptr<BlockPolicy> policy;
+  if (auto_block) {
+    // Seed the cost curve with a quick measurement (B = 1, 2, 4, 8, 16, ...); the policy
+    // refines it online from every cycle's timings.
+    policy = std::make_unique<BlockPolicy>(proposer->max_draft());
+    std::vector<int32_t> bs;
+    for (int32_t b = 1; b <= proposer->max_draft() + 1; b *= 2) bs.push_back(b);
+    if (bs.back() != proposer->max_draft() + 1) bs.push_back(proposer->max_draft() + 1);
+    const int32_t cal_ctx = std::min<int32_t>(32, target->kv().max_context() - bs.back());
+    if (cal_ctx >= 0)
+      policy->set_verify_cost(measure_verify_curve(*target, req.seq, bs, cal_ctx, 1,
+                                                   &proposer->target_aux()));
+    req.block_policy = policy.get();
+  }
 
   const bool json = args.has("--json");
   std::optional<StreamDecoder> stream;
@@ -168,6 +193,7 @@ int cmd_run(int argc, char** argv) {
     st["draft_s"] = s.draft_s;
     st["verify_s"] = s.verify_s;
     st["target_passes"] = s.target_passes;
+    if (policy) st["draft_length_histogram"] = s.draft_length_histogram;
   }
   if (json) {
     nlohmann::ordered_json j;

@@ -36,11 +36,13 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
             K, " taps x target hidden ", Ht, " = ", int64_t(K) * Ht,
             ": this drafter was not trained for this target");
   fc_ = load_linear(ck_, prefix_ + "fc.weight", H, int64_t(K) * Ht);
+  convert_weight(fc_, opts, owned_, &pool);
   hidden_norm_ = load_vector(ck_, prefix_ + "hidden_norm.weight", H);
   final_norm_ = load_vector(ck_, prefix_ + "norm.weight", H);
   for (int32_t il = 0; il < cfg_.n_layers; ++il) {
     const LayerSpec& s = cfg_.layers[il];
-    layers_.push_back(load_dense_layer(ck_, str(prefix_, "layers.", il, "."), s, H, cfg_.intermediate_size));
+    layers_.push_back(load_dense_layer(ck_, str(prefix_, "layers.", il, "."), s, H,
+                                       cfg_.intermediate_size, opts, &pool));
     rope_block_.emplace_back(s.rope);
     rope_ctx_.emplace_back(s.rope, d.backbone_rotary_base.value_or(0.0f));
   }
@@ -111,9 +113,8 @@ void DFlashDraftModel::draft_block(int32_t seq, const int32_t* tokens, int32_t n
 }
 
 int64_t DFlashDraftModel::weight_bytes() const {
-  auto mb = [](const WeightMatrix& w) { return w.n_out * w.n_in * int64_t(dtype_size(w.dtype)); };
-  int64_t b = mb(fc_);
-  for (const auto& l : layers_) b += mb(l.q) + mb(l.k) + mb(l.v) + mb(l.o) + mb(l.gate) + mb(l.up) + mb(l.down);
+  int64_t b = dfl::weight_bytes(fc_);
+  for (const auto& l : layers_) b += l.matrix_bytes();
   return b;
 }
 

@@ -27,8 +27,9 @@ class Qwen3Model final : public CausalLM {
     }
     for (int32_t il = 0; il < cfg_.n_layers; ++il) {
       layers_.push_back(load_dense_layer(ck_, str("model.layers.", il, "."), cfg_.layers[il], H,
-                                         cfg_.intermediate_size));
+                                         cfg_.intermediate_size, opts, &pool));
     }
+    convert_weight(lm_head_, opts, owned_, &pool);  // embed_ stays as stored (rows are read)
     const auto leftover = ck_.unused_names();
     DFL_CHECK(leftover.empty(), "unexpected tensor '", leftover.empty() ? "" : leftover[0], "' in '",
               cfg_.dir, "' (", leftover.size(), " tensors not used by ", cfg_.architecture, ")");
@@ -96,9 +97,8 @@ class Qwen3Model final : public CausalLM {
 
   int64_t weight_bytes_per_token() const override {
     int64_t b = 0;
-    auto mb = [](const WeightMatrix& w) { return w.n_out * w.n_in * int64_t(dtype_size(w.dtype)); };
-    for (const auto& l : layers_) b += mb(l.q) + mb(l.k) + mb(l.v) + mb(l.o) + mb(l.gate) + mb(l.up) + mb(l.down);
-    return b + mb(lm_head_) + cfg_.hidden_size * int64_t(dtype_size(embed_.dtype));
+    for (const auto& l : layers_) b += l.matrix_bytes();
+    return b + weight_bytes(lm_head_) + cfg_.hidden_size * int64_t(dtype_size(embed_.dtype));
   }
 
  private:
@@ -118,6 +118,7 @@ class Qwen3Model final : public CausalLM {
   Checkpoint ck_;
   ThreadPool& pool_;
   WeightMatrix embed_, lm_head_;
+  OwnedWeights owned_;  // load-time copy of the lm_head (Q8 / prepacked), if any
   std::vector<float> final_norm_;
   std::vector<DenseLayer> layers_;
   RopeTable rope_;

@@ -1,0 +1,175 @@
+#include "engine/block_policy.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "model/model.h"
+
+namespace dfl {
+
+BlockPolicy::BlockPolicy(int32_t max_draft, BlockPolicyOptions opt)
+    : max_draft_(max_draft), opt_(opt) {
+  DFL_CHECK(max_draft >= 1, "auto block size needs a drafter that drafts at least one token");
+  succ_.assign(max_draft, 0.0);
+  trials_.assign(max_draft, 0.0);
+  verify_.assign(max_draft + 2, 0.0);
+  draft_.assign(max_draft + 2, 0.0);
+}
+
+void BlockPolicy::set_verify_cost(const std::vector<double>& t) {
+  for (size_t b = 1; b < verify_.size() && b < t.size(); ++b)
+    if (t[b] > 0) verify_[b] = t[b];
+}
+
+void BlockPolicy::set_draft_cost(const std::vector<double>& t) {
+  for (size_t b = 1; b < draft_.size() && b < t.size(); ++b)
+    if (t[b] > 0) draft_[b] = t[b];
+}
+
+namespace {
+void ema(double& v, double x, double w) { v = v > 0 ? (1 - w) * v + w * x : x; }
+}  // namespace
+
+void BlockPolicy::observe_verify_time(int32_t B, double s) {
+  if (B >= 1 && B < int32_t(verify_.size()) && s > 0) ema(verify_[B], s, opt_.cost_ema);
+}
+
+void BlockPolicy::observe_draft_time(int32_t B, double s) {
+  if (B >= 1 && B < int32_t(draft_.size()) && s > 0) ema(draft_[B], s, opt_.cost_ema);
+}
+
+void BlockPolicy::observe(int32_t n_drafted, int32_t n_accepted) {
+  if (n_drafted <= 0) return;
+  n_drafted = std::min(n_drafted, max_draft_);
+  n_accepted = std::clamp(n_accepted, 0, n_drafted);
+  for (int32_t j = 0; j < max_draft_; ++j) {
+    succ_[j] *= opt_.decay;
+    trials_[j] *= opt_.decay;
+  }
+  // Positions 1..a accepted; position a + 1 (if drafted) rejected; later ones unobserved.
+  for (int32_t j = 0; j < n_accepted; ++j) {
+    succ_[j] += 1;
+    trials_[j] += 1;
+  }
+  if (n_accepted < n_drafted) trials_[n_accepted] += 1;
+  ++cycles_;
+}
+
+std::vector<double> BlockPolicy::acceptance() const {
+  double s = 0, n = 0;
+  for (int32_t j = 0; j < max_draft_; ++j) {
+    s += succ_[j];
+    n += trials_[j];
+  }
+  const double pooled = (s + 1.0) / (n + 2.0);  // Beta(1, 1) prior
+  std::vector<double> a(max_draft_);
+  for (int32_t j = 0; j < max_draft_; ++j)
+    a[j] = (succ_[j] + opt_.prior_weight * pooled) / (trials_[j] + opt_.prior_weight);
+  return a;
+}
+
+double BlockPolicy::expected_committed(int32_t k) const {
+  const std::vector<double> a = acceptance();
+  double e = 1.0, p = 1.0;
+  for (int32_t j = 0; j < std::min(k, max_draft_); ++j) {
+    p *= a[j];
+    e += p;
+  }
+  return e;
+}
+
+double BlockPolicy::lookup(const std::vector<double>& t, int32_t B) {
+  if (B >= 1 && B < int32_t(t.size()) && t[B] > 0) return t[B];
+  std::vector<int32_t> known;
+  for (int32_t b = 1; b < int32_t(t.size()); ++b)
+    if (t[b] > 0) known.push_back(b);
+  if (known.empty()) return 0.0;
+  if (known.size() == 1) return t[known[0]];
+  // Neighbours: the measured B just below and just above, else the nearest two on one side.
+  auto hi = std::lower_bound(known.begin(), known.end(), B);
+  int32_t b0, b1;
+  if (hi == known.begin()) {
+    b0 = known[0];
+    b1 = known[1];
+  } else if (hi == known.end()) {
+    b0 = known[known.size() - 2];
+    b1 = known.back();
+  } else {
+    b0 = *(hi - 1);
+    b1 = *hi;
+  }
+  const double v = t[b0] + (t[b1] - t[b0]) * double(B - b0) / double(b1 - b0);
+  return std::max(v, 0.0);
+}
+
+double BlockPolicy::cycle_cost(int32_t k) const {
+  return lookup(draft_, k + 1) + lookup(verify_, k + 1);
+}
+
+int32_t BlockPolicy::choose() const {
+  if (cycles_ < opt_.warmup) return max_draft_;
+  const std::vector<double> a = acceptance();
+  int32_t best = 1;
+  double best_rate = -1, e = 1.0, p = 1.0;
+  for (int32_t k = 1; k <= max_draft_; ++k) {
+    p *= a[k - 1];
+    e += p;
+    const double c = cycle_cost(k);
+    // Unknown costs: fall back to "verification is free", i.e. the longest useful block.
+    const double rate = c > 0 ? e / c : e;
+    if (rate > best_rate * (1 + 1e-12)) {  // ties → the shorter block
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return best;
+}
+
+std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
+                                         const std::vector<int32_t>& blocks, int32_t context,
+                                         int32_t repeats, const std::vector<int32_t>* aux) {
+  using Clock = std::chrono::steady_clock;
+  int32_t max_b = 0;
+  for (int32_t b : blocks) max_b = std::max(max_b, b);
+  std::vector<double> t(max_b + 1, 0.0);
+  const int32_t V = target.config().vocab_size;
+  std::vector<int32_t> toks(std::max(context, max_b));
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 7919 + 13) % V);
+  KvCache& kv = target.kv();
+  DFL_CHECK(context + max_b <= kv.max_context(), "verify curve: context too small");
+  ForwardArgs fa;
+  ForwardOut fo;
+  fa.seq = seq;
+  fa.aux = aux;
+  kv.clear(seq);
+  if (context > 0) {
+    fa.tokens = toks.data();
+    fa.n = context;
+    fa.pos0 = 0;
+    fa.logits = LogitsMode::kNone;
+    target.forward(fa, fo);
+  }
+  for (int32_t b : blocks) {
+    DFL_CHECK(b >= 1 && b <= kv.slack(), "verify curve: block ", b,
+              " exceeds LoadOptions.max_block ", kv.slack());
+    std::vector<double> s;
+    for (int32_t r = 0; r < repeats + 1; ++r) {  // first pass warms up
+      fa.tokens = toks.data();
+      fa.n = b;
+      fa.pos0 = context;
+      fa.logits = LogitsMode::kAll;
+      const auto t0 = Clock::now();
+      target.forward(fa, fo);
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      kv.truncate(seq, context);
+      if (r > 0 || repeats == 0) s.push_back(dt);
+    }
+    std::sort(s.begin(), s.end());
+    t[b] = s[s.size() / 2];
+  }
+  kv.clear(seq);
+  return t;
+}
+
+}  // namespace dfl

@@ -1,0 +1,87 @@
+// Automatic draft length (`--block-size auto`): per cycle, how many tokens k to draft (the verify
+// block is then B = k + 1 with the anchor).
+//
+// The rule. Let α_j be the probability that draft j is accepted given drafts 1..j−1 were (the
+// per-position conditional acceptance). Drafting k tokens commits, in expectation,
+//     E(k) = 1 + Σ_{j≤k} Π_{i≤j} α_i            (the target's own token + the accepted prefix)
+// and costs one drafter pass plus one target verify of k + 1 rows:  C(k) = t_draft(k+1) + t(k+1).
+// The policy picks k ∈ [1, max_draft] maximizing tokens per second E(k) / C(k). Because
+// Π α_i shrinks with k while t(k+1) grows, this stops drafting where one more token's expected
+// gain (Π_{i≤k+1} α_i) no longer pays for its share of the verification cost.
+//
+// Acceptance estimates come from the running statistics: a cycle that drafted k and accepted a
+// is a success at positions 1..a, a failure at a + 1 (if a < k) and says nothing about positions
+// beyond (censored). Per position, α_j = (s_j + w·ᾱ) / (n_j + w), shrunk toward the pooled rate
+// ᾱ over all positions (which itself has a Beta(1,1) prior) with prior weight w, so positions the
+// policy has stopped drafting keep a sensible estimate. Counts decay by `decay` per cycle so the
+// estimate follows a change of text. The first `warmup` cycles draft the full block (they observe
+// every position). k never exceeds max_draft (the drafter's trained block − 1).
+//
+// Costs: t(B) and t_draft(B) in seconds, either given (a measured curve, e.g. by dflash bench or
+// measure_verify_curve()) or learned online from the cycle timings (exponential moving average
+// per B). A B never measured is interpolated linearly between measured neighbours; beyond the
+// last one it is extrapolated with the slope of the nearest two (or held flat with only one).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dfl {
+
+class CausalLM;
+
+struct BlockPolicyOptions {
+  int32_t warmup = 4;          // cycles that draft the full block first
+  double decay = 0.98;         // per-cycle forgetting factor of the acceptance counts
+  double prior_weight = 2.0;   // w: pseudo-observations toward the pooled rate per position
+  double cost_ema = 0.3;       // weight of a new timing in the per-B moving average
+};
+
+class BlockPolicy {
+ public:
+  explicit BlockPolicy(int32_t max_draft, BlockPolicyOptions opt = {});
+
+  int32_t max_draft() const { return max_draft_; }
+
+  // Measured verify cost t(B) in seconds (or any unit shared with the draft cost): t_by_b[B] for
+  // B = 1..; entries ≤ 0 (and index 0) mean "unknown".
+  void set_verify_cost(const std::vector<double>& t_by_b);
+  void set_draft_cost(const std::vector<double>& t_by_b);
+  // Online timings of one cycle with a block of B rows (anchor included).
+  void observe_verify_time(int32_t B, double seconds);
+  void observe_draft_time(int32_t B, double seconds);
+  // Acceptance of one cycle: n_drafted tokens drafted, the first n_accepted accepted.
+  void observe(int32_t n_drafted, int32_t n_accepted);
+
+  // Per-position conditional acceptance estimates α_1..α_max_draft (index 0 = position 1).
+  std::vector<double> acceptance() const;
+  // E(k) with the current estimates.
+  double expected_committed(int32_t k) const;
+  // Cost of a cycle that drafts k: t_draft(k+1) + t(k+1) (0 when nothing is known).
+  double cycle_cost(int32_t k) const;
+  // The draft length for the next cycle, in [1, max_draft].
+  int32_t choose() const;
+
+  int64_t cycles() const { return cycles_; }
+
+ private:
+  static double lookup(const std::vector<double>& t, int32_t B);
+
+  int32_t max_draft_;
+  BlockPolicyOptions opt_;
+  std::vector<double> succ_, trials_;    // per position j = 1..max_draft (index j − 1)
+  std::vector<double> verify_, draft_;   // per B = 0..max_draft+1 (≤ 0: unknown)
+  int64_t cycles_ = 0;
+};
+
+// Measures the verify cost t(B) of the target for each B in `blocks` (seconds, median of
+// `repeats` passes: a verify-shaped pass, all logits + the `aux` taps, appending B tokens after a
+// context of `context` tokens on sequence `seq`; that sequence's cache is cleared afterwards).
+// Returns t indexed by B (size max(blocks) + 1, 0 = not measured). Used by
+// `dflash run --block-size auto` to seed BlockPolicy, and by `dflash bench`.
+std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
+                                         const std::vector<int32_t>& blocks, int32_t context = 64,
+                                         int32_t repeats = 3,
+                                         const std::vector<int32_t>* aux = nullptr);
+
+}  // namespace dfl
