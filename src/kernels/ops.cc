@@ -96,7 +96,9 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
   } else if (isa == IsaLevel::kAvx2 && (fp32w || w.dtype == DType::kBF16)) {
     thread_local std::vector<float> xp;
     const int64_t Kp = (w.n_in + 7) / 8 * 8;
-    cpu::avx2::matmul_fp32w(x, n_rows, w, y, pool, scratch(xp, n_rows * Kp));
+    // +8: with F8 scale blocks not a multiple of 8 wide, the last 8-wide step may start past
+    // Kp - 8 (its extra lanes are masked to zero, but they are loaded).
+    cpu::avx2::matmul_fp32w(x, n_rows, w, y, pool, scratch(xp, n_rows * Kp + 8));
   } else {
     matmul_portable(x, n_rows, w, y, pool);
   }
