@@ -93,7 +93,8 @@ namespace ops {
 // y[m, :] = x[m, :] · Wᵀ for m < n_rows.     x: [n_rows, n_in]   y: [n_rows, n_out]
 // Weights: F32 / F16 / F8_E4M3 (+ block scales): fp32 math. BF16: on AVX-512 the activations
 // are rounded to bf16 (RNE) and multiplied with vdpbf16ps (fp32 accumulation); elsewhere fp32
-// math. Q8 (packed_format kPackedQ8): see above. Each weight is read once for all n_rows rows.
+// math. Q8 (packed_format kPackedQ8): see above. kPackedAmxBf16 (prepack_weight): AMX tiles,
+// bf16-rounded activations, fp32 accumulation. Each weight is read once for all n_rows rows.
 // Batch invariant: row m's result is bit-identical for any n_rows and thread count (on one ISA
 // level; cpu_isa() picks the level once per process).
 void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool);
