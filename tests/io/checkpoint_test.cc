@@ -23,7 +23,8 @@ std::string st_with(const std::vector<std::pair<std::string, std::vector<int64_t
     std::string sh;
     for (int64_t d : shape) {
       n *= static_cast<size_t>(d);
-      sh += (sh.empty() ? "" : ",") + std::to_string(d);
+      if (!sh.empty()) sh += ",";
+      sh += std::to_string(d);
     }
     if (h.size() > 1) h += ",";
     h += "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" + sh + "],\"data_offsets\":[" +
