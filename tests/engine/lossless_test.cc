@@ -195,14 +195,21 @@ TEST(Lossless, GreedyDFlashEqualsTargetOnly) {
       const int32_t row = int32_t(dflash.target_aux().size()) * target->config().hidden_size;
       CheckingProposer checked(dflash, ref, row);
       Generator spec(*target, &checked);
-      for (int32_t b = 2; b <= B; ++b) {
+      // Block sizes 2..B; on the golden prompt also 1 (no drafts), 0 (the drafter's own B)
+      // and an oversized request (capped to B).
+      std::vector<int32_t> sizes;
+      for (int32_t b = 2; b <= B; ++b) sizes.push_back(b);
+      if (pi == 0) sizes.insert(sizes.end(), {1, 0, 100});
+      for (const int32_t b : sizes) {
+        const int32_t eff = b == 0 ? B : std::min(b, B);
         req.block_size = b;
         req.trace = true;
         const GenerateResult got = spec.generate(req);
         const std::string what = pd.name + " prompt " + std::to_string(pi) + " block " + std::to_string(b);
         ASSERT_EQ(got.tokens, want.tokens) << what;
         EXPECT_EQ(got.stop_reason, "max_tokens") << what;
-        check_stats(got, b, true, what);
+        check_stats(got, eff, true, what);
+        if (b == 1) EXPECT_EQ(got.stats.draft_steps, 0) << what;
         EXPECT_EQ(checked.errors, 0) << what;
         EXPECT_EQ(checked.tap_errors, 0) << what;
         ++runs;
