@@ -41,7 +41,7 @@ TEST_P(MiMoRollback, EveryAcceptedLengthEqualsNeverSpeculating) {
   const auto prompt = g.i32("prompt_ids");
   const int32_t n = int32_t(prompt.size());
   constexpr int32_t B = 8, kSteps = 30, kAfter = 6;
-  auto pool = test::make_pool();
+  auto pool = test::make_pool(1);  // one thread: many tiny per-expert matmuls; the idle-sleeping pool makes 2 threads ~100x slower here
   LoadOptions o;
   o.max_block = B;
   auto ref_model = load_causal_lm(dir, o, *pool);
@@ -84,7 +84,7 @@ INSTANTIATE_TEST_SUITE_P(All, MiMoRollback, ::testing::Values("flash_split", "v2
 
 TEST(MiMoKv, SlidingLayersStayBoundedForLongContexts) {
   const std::string dir = test::fixture("mimo/flash_split");
-  auto pool = test::make_pool();
+  auto pool = test::make_pool(1);  // one thread: many tiny per-expert matmuls; the idle-sleeping pool makes 2 threads ~100x slower here
   LoadOptions o;
   o.max_block = 8;
   auto m = load_causal_lm(dir, o, *pool);

@@ -31,7 +31,7 @@ class MiMoLossless : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MiMoLossless, GreedyDFlashEqualsTargetOnly) {
   const std::string tdir = test::fixture("mimo/" + GetParam());
-  auto pool = test::make_pool();
+  auto pool = test::make_pool(1);  // one thread: many tiny per-expert matmuls; the idle-sleeping pool makes 2 threads ~100x slower here
   auto target = load_causal_lm(tdir, LoadOptions{}, *pool);
   auto drafter = std::make_unique<DFlashDraftModel>(test::fixture("mimo/dflash/draft"), *target,
                                                     LoadOptions{}, *pool);
@@ -112,7 +112,7 @@ class ScriptedProposer final : public Proposer {
 
 TEST(MiMoLossless, ScriptedDraftsExerciseEveryAcceptanceLength) {
   const std::string tdir = test::fixture("mimo/flash_split");
-  auto pool = test::make_pool();
+  auto pool = test::make_pool(1);  // one thread: many tiny per-expert matmuls; the idle-sleeping pool makes 2 threads ~100x slower here
   auto target = load_causal_lm(tdir, LoadOptions{}, *pool);
   Generator plain(*target, nullptr);
   test::Golden g(tdir + "/golden.safetensors");

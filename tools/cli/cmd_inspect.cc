@@ -70,6 +70,33 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
   } else {
     j["dflash"] = nullptr;
   }
+  if (c.mimo) {
+    const MiMoSpec& m = *c.mimo;
+    nlohmann::ordered_json mj;
+    mj["qkv_layout"] = m.fused_qkv ? "fused_qkv" : "split";
+    mj["ckpt_tp"] = m.ckpt_tp;
+    mj["attention_value_scale"] = m.attention_value_scale;
+    mj["sliding_window"] = m.sliding_window;
+    mj["window_edge"] = m.window_edge == WindowEdge::kInclusiveW ? "W keys incl. query (HF/vLLM)"
+                                                                 : "W+1 keys (SGLang)";
+    mj["fp8"] = m.fp8;
+    mj["fp8_block"] = {m.fp8_block_out, m.fp8_block_in};
+    j["mimo"] = mj;
+  }
+  if (c.moe) {
+    const MoESpec& e = *c.moe;
+    nlohmann::ordered_json ej;
+    ej["n_routed_experts"] = e.n_routed_experts;
+    ej["num_experts_per_tok"] = e.n_experts_per_tok;
+    ej["moe_intermediate_size"] = e.moe_intermediate_size;
+    ej["scoring_func"] = e.scoring_func;
+    ej["topk_method"] = e.topk_method;
+    ej["n_group"] = e.n_group;
+    ej["topk_group"] = e.topk_group;
+    ej["norm_topk_prob"] = e.norm_topk_prob;
+    ej["routed_scaling_factor"] = e.routed_scaling_factor;
+    j["moe"] = ej;
+  }
   const auto layout = kv_layout(c);
   std::vector<KvLayerSpec> full, sliding;
   for (const auto& l : layout) (l.window ? sliding : full).push_back(l);
@@ -80,6 +107,12 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
   kv["bytes_per_sequence"] = kv_bytes_per_sequence(layout, context, slack);
   kv["full_layers_bytes_per_token"] = kv_bytes_per_sequence(full, 1, slack);
   kv["sliding_layers_fixed_bytes"] = kv_bytes_per_sequence(sliding, 1ll << 40, slack);
+  // The same layout at 2 bytes per element (bf16 KV, the figures of TARGETS-SPEC §3.5/§7): the
+  // engine stores fp32, i.e. exactly twice these.
+  kv["bf16_bytes_per_sequence"] = kv_bytes_per_sequence(layout, context, slack) / 2;
+  kv["bf16_full_layers_bytes_per_token"] = kv_bytes_per_sequence(full, 1, slack) / 2;
+  kv["bf16_sliding_bytes_per_slot"] = kv_bytes_per_sequence(sliding, 1, slack) / 2;
+  kv["sliding_ring_slots"] = sliding.empty() ? 0 : int64_t(sliding[0].window) + slack;
   j["kv_cache"] = kv;
   return j;
 }
@@ -128,6 +161,11 @@ int cmd_inspect(int argc, char** argv) {
             << ": " << kv["bytes_per_sequence"] << " bytes per sequence ("
             << kv["full_layers_bytes_per_token"] << " B/token in full layers + "
             << kv["sliding_layers_fixed_bytes"] << " B fixed in sliding rings)\n";
+  std::cout << "  as bf16: " << kv["bf16_bytes_per_sequence"] << " bytes ("
+            << kv["bf16_full_layers_bytes_per_token"] << " B/token in full layers + "
+            << kv["bf16_sliding_bytes_per_slot"] << " B per ring slot x " << kv["sliding_ring_slots"]
+            << " slots)\n";
+  if (j.contains("mimo")) std::cout << "MiMo: " << j["mimo"].dump() << "\nMoE: " << j["moe"].dump() << "\n";
   return 0;
 }
 
