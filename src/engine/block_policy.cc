@@ -31,12 +31,18 @@ namespace {
 void ema(double& v, double x, double w) { v = v > 0 ? (1 - w) * v + w * x : x; }
 }  // namespace
 
+// Online timings: a moving average per B; a timing over 3× the current estimate (a preempted
+// pass on a loaded machine) moves it by at most that bound.
 void BlockPolicy::observe_verify_time(int32_t B, double s) {
-  if (B >= 1 && B < int32_t(verify_.size()) && s > 0) ema(verify_[B], s, opt_.cost_ema);
+  if (B < 1 || B >= int32_t(verify_.size()) || s <= 0 || opt_.cost_ema <= 0) return;
+  if (verify_[B] > 0) s = std::min(s, 3 * verify_[B]);
+  ema(verify_[B], s, opt_.cost_ema);
 }
 
 void BlockPolicy::observe_draft_time(int32_t B, double s) {
-  if (B >= 1 && B < int32_t(draft_.size()) && s > 0) ema(draft_[B], s, opt_.cost_ema);
+  if (B < 1 || B >= int32_t(draft_.size()) || s <= 0 || opt_.cost_ema <= 0) return;
+  if (draft_[B] > 0) s = std::min(s, 3 * draft_[B]);
+  ema(draft_[B], s, opt_.cost_ema);
 }
 
 void BlockPolicy::observe(int32_t n_drafted, int32_t n_accepted) {

@@ -34,7 +34,7 @@ struct BlockPolicyOptions {
   int32_t warmup = 4;          // cycles that draft the full block first
   double decay = 0.98;         // per-cycle forgetting factor of the acceptance counts
   double prior_weight = 2.0;   // w: pseudo-observations toward the pooled rate per position
-  double cost_ema = 0.3;       // weight of a new timing in the per-B moving average
+  double cost_ema = 0.3;       // weight of a new timing in the per-B moving average (0 = off)
 };
 
 class BlockPolicy {

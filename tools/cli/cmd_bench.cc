@@ -96,11 +96,11 @@ std::vector<int32_t> random_tokens(int32_t n, int32_t vocab, uint64_t seed) {
 // Latent acceptance lengths for the projected mode. Per-position acceptance is a constant α
 // (geometric), capped at `max_draft` drafts: E[min(L, D)] = Σ_{j=1..D} α^j, and α is solved so
 // that the mean committed per cycle at the full block, 1 + E[min(L, D)], equals τ. The sequence
-// is stratified: each run of 32 cycles holds the 32 midpoint quantiles in bit-reversed order
-// (0, 16, 8, 24, ...), so any prefix of a run is spread evenly over the distribution and even a
+// is stratified: each run of 16 cycles holds the 16 midpoint quantiles in bit-reversed order
+// (0, 8, 4, 12, ...), so any prefix of a run is spread evenly over the distribution and even a
 // short run replays a mean close to τ.
 std::vector<int32_t> replay_lengths(double tau, int32_t D, double* alpha_out) {
-  const int kChunk = 32;  // 5-bit reversal
+  const int kChunk = 16;  // 4-bit reversal
   auto make = [&](double a) {
     auto quantile = [&](double u) {  // smallest j with P(L ≤ j) ≥ u; P(L ≤ j) = 1 − α^{j+1}
       for (int32_t j = 0; j < D; ++j)
@@ -110,7 +110,7 @@ std::vector<int32_t> replay_lengths(double tau, int32_t D, double* alpha_out) {
     std::vector<int32_t> chunk(kChunk);
     for (int i = 0; i < kChunk; ++i) {
       int r = 0;
-      for (int bit = 0; bit < 5; ++bit) r |= ((i >> bit) & 1) << (4 - bit);
+      for (int bit = 0; bit < 4; ++bit) r |= ((i >> bit) & 1) << (3 - bit);
       chunk[i] = quantile((r + 0.5) / kChunk);
     }
     return chunk;
@@ -121,7 +121,7 @@ std::vector<int32_t> replay_lengths(double tau, int32_t D, double* alpha_out) {
     return s / double(v.size());
   };
   // The chunk mean is a non-decreasing step function of α: bisect on it directly, so the
-  // replayed mean (not only the model's expectation) matches τ − 1 to within a step (1/32).
+  // replayed mean (not only the model's expectation) matches τ − 1 to within a step (1/16).
   double lo = 0, hi = 1;
   for (int i = 0; i < 60; ++i) {
     const double mid = 0.5 * (lo + hi);
@@ -406,7 +406,8 @@ int cmd_bench(int argc, char** argv) {
   }
 
   // ---- drafter step ----------------------------------------------------------------------
-  double t_draft = 0;
+  double t_draft = 0, t_ctx = 0;
+  std::vector<double> dcurve;  // drafter step time by block size B (index), 0 = not measured
   if (proposer && run_part("draft")) {
     note("drafter step");
     const std::vector<int32_t> ctx = random_tokens(vctx, V, 77);
@@ -428,6 +429,18 @@ int cmd_bench(int argc, char** argv) {
     const Stat t = time_repeats(R, 1, [&] {
       proposer->propose(0, 5, anchor_pos, spec_block - 1, sp, rng, d);
     });
+    // The drafter's cost at the other block sizes (for the auto policy and the sweep's ideals).
+    dcurve.assign(max_b + 1, 0.0);
+    dcurve[spec_block] = t.median;
+    std::vector<int32_t> dbs = vbs;
+    dbs.insert(dbs.end(), sweep.begin(), sweep.end());
+    for (int32_t b : dbs)
+      if (b >= 2 && b <= proposer->max_draft() + 1 && dcurve[b] == 0)
+        dcurve[b] = time_repeats(R, 1, [&] { proposer->propose(0, 5, anchor_pos, b - 1, sp, rng, d); }).median;
+    json dj = json::object();
+    for (int32_t b = 2; b <= max_b; ++b)
+      if (dcurve[b] > 0) dj[std::to_string(b)] = dcurve[b] * 1e3;
+    J["draft_ms_by_block"] = dj;
     // Context append of a typical accepted run (the per-cycle taps → fc → K/V cost).
     const int32_t n_ctx = std::min<int32_t>(7, spec_block);
     fa.tokens = ctx.data();
@@ -442,6 +455,7 @@ int cmd_bench(int argc, char** argv) {
     kv.clear(0);
     proposer->reset(0);
     t_draft = t.median;
+    t_ctx = tc2.median;
     J["draft_ms_per_block"] = t.median * 1e3;
     J["draft_spread_pct"] = t.spread_pct();
     J["draft_block"] = spec_block;
@@ -467,10 +481,16 @@ int cmd_bench(int argc, char** argv) {
     for (int r = 0; r < R; ++r) {  // (warm already: the verify and drafter parts ran first)
       std::unique_ptr<BlockPolicy> policy;
       if (use_auto) {
-        policy = std::make_unique<BlockPolicy>(proposer->max_draft());
+        // The policy gets the measured curves (verify; drafter step + context append) and no
+        // online timing updates, so load noise during the run cannot steer it.
+        BlockPolicyOptions po;
+        po.cost_ema = 0;
+        policy = std::make_unique<BlockPolicy>(proposer->max_draft(), po);
         if (!tcurve.empty()) policy->set_verify_cost(tcurve);
-        if (t_draft > 0) {
-          std::vector<double> d(proposer->max_draft() + 2, t_draft);
+        if (!dcurve.empty()) {
+          std::vector<double> d = dcurve;
+          for (auto& x : d)
+            if (x > 0) x += t_ctx;
           policy->set_draft_cost(d);
         }
         req.block_policy = policy.get();
@@ -523,9 +543,9 @@ int cmd_bench(int argc, char** argv) {
         o["tok_s"] = s.tok_s;
         o["spread_pct"] = s.rate.spread_pct();
         if (decode_tok_s > 0) o["projected_speedup"] = s.tok_s / decode_tok_s;
-        if (!use_auto && t_draft > 0 && block < int32_t(tcurve.size()) && tcurve[block] > 0 &&
-            tcurve[1] > 0) {
-          const double ideal = s.tau * tcurve[1] / (t_draft + tcurve[block]);
+        if (!use_auto && block < int32_t(dcurve.size()) && dcurve[block] > 0 &&
+            block < int32_t(tcurve.size()) && tcurve[block] > 0 && tcurve[1] > 0) {
+          const double ideal = s.tau * tcurve[1] / (dcurve[block] + tcurve[block]);
           o["ideal_speedup"] = ideal;
           if (decode_tok_s > 0) o["fraction_of_ideal"] = s.tok_s / decode_tok_s / ideal;
         }
@@ -577,6 +597,51 @@ int cmd_bench(int argc, char** argv) {
       }
     }
     J["projected"] = pj;
+  }
+  // ---- q8 logit error against the stored weights -----------------------------------------
+  if (wfmt == WeightsFormat::kQ8 && run_part("q8err")) {
+    note("q8 logit error vs the stored weights");
+    const int32_t n = 64;
+    const std::vector<int32_t> toks = random_tokens(n, V, 99);
+    auto logits_of = [&](CausalLM& m, std::vector<float>& out) {
+      m.kv().clear(0);
+      ForwardArgs a;
+      a.tokens = toks.data();
+      a.n = n;
+      a.logits = LogitsMode::kAll;
+      ForwardOut o;
+      m.forward(a, o);
+      m.kv().clear(0);
+      out = std::move(o.logits);
+    };
+    std::vector<float> lq, lr;
+    logits_of(*target, lq);
+    LoadOptions ro = lo;
+    ro.weights_format = WeightsFormat::kAsStored;
+    ro.prepack = false;
+    {
+      std::unique_ptr<CausalLM> ref = load_causal_lm(args.str("--model"), ro, pool);
+      logits_of(*ref, lr);
+    }
+    double se = 0, sr = 0, mx = 0;
+    int agree = 0;
+    for (int32_t r = 0; r < n; ++r) {
+      const float* a = lq.data() + size_t(r) * V;
+      const float* b = lr.data() + size_t(r) * V;
+      for (int32_t i = 0; i < V; ++i) {
+        const double dd = double(a[i]) - double(b[i]);
+        se += dd * dd;
+        sr += double(b[i]) * b[i];
+        mx = std::max(mx, std::abs(dd));
+      }
+      agree += ops::argmax(a, V) == ops::argmax(b, V);
+    }
+    J["q8_logit_rel_rms_error"] = std::sqrt(se / std::max(sr, 1e-30));
+    J["q8_logit_max_abs_error"] = mx;
+    J["q8_top1_agreement"] = double(agree) / n;
+    rows.push_back({str("q8 logits vs stored weights (", n, " positions)"),
+                    fmt("rel. RMS error %.4f", std::sqrt(se / std::max(sr, 1e-30))), "",
+                    fmt("max abs error %.4f", mx) + fmt(", top-1 agreement %.0f%%", 100.0 * agree / n)});
   }
   J["loadavg_end"] = loadavg();
 
