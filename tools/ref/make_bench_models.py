@@ -186,10 +186,10 @@ def make_qwen3(out, key, w, force):
 
 def make_mimo(out, w, force):
     """MiMo-V2-Flash layout (TARGETS-SPEC §3) scaled down: hidden 1024, 12 layers (full every
-    6th, the rest SWA 128 with sinks), 64 experts × 512 top-8, dense layer 0, bf16 weights."""
+    6th, the rest SWA 128 with sinks), 64 experts × 256 top-8, dense layer 0, bf16 weights."""
     H, L, V = 1024, 12, VOCAB
     nh, nkv_full, nkv_swa, hd, vd = 16, 4, 8, 192, 128
-    E, k, Im, Id = 64, 8, 512, 4096
+    E, k, Im, Id = 64, 8, 256, 4096
     pattern = [0 if (i == 0 or i % 6 == 5) else 1 for i in range(L)]
     cfg = {
         "architectures": ["MiMoV2FlashForCausalLM"], "model_type": "mimo_v2_flash",
