@@ -170,6 +170,7 @@ class Interp {
 
   void assign(const Target& t, const Value& v, Scope& scope) {
     if (!t.attr.empty()) {
+      DFL_CHECK(t.attr[0] != '_', "namespace attributes cannot start with an underscore: ", t.attr);
       const Value* ns = scope.lookup(t.name);
       DFL_CHECK(ns && ns->is_dict() && ns->as_dict().is_namespace,
                 "cannot assign attribute on non-namespace object '", t.name, "'");

@@ -112,7 +112,7 @@ Value do_int(const Value& v, const CallArgs& a) {
   if (v.is_int() || v.is_bool()) return Value(v.as_int());
   if (v.is_float()) {
     if (!std::isfinite(v.as_float())) return dflt;
-    return Value(static_cast<int64_t>(v.as_float()));
+    return Value(float_to_int(v.as_float()));
   }
   if (!v.is_string()) return dflt;
   std::string s = py_strip(v.as_string(), std::nullopt, true, true);
@@ -125,7 +125,7 @@ Value do_int(const Value& v, const CallArgs& a) {
     long long r = std::strtoll(clean.c_str(), &end, static_cast<int>(base));
     if (end && *end == '\0' && errno == 0) return Value(static_cast<int64_t>(r));
     double f = std::strtod(clean.c_str(), &end);
-    if (end && *end == '\0' && std::isfinite(f)) return Value(static_cast<int64_t>(f));
+    if (end && *end == '\0' && std::isfinite(f)) return Value(float_to_int(f));
   }
   return dflt;
 }
@@ -151,7 +151,7 @@ Value do_round(const Value& v, const CallArgs& a) {
   prec = std::clamp<int64_t>(prec, -300, 300);
   if (method == "common") {
     if (!v.is_float()) return Value(v.as_int());  // Python: round(int, n) stays an int
-    char buf[512];
+    char buf[1024];                               // 309 integer digits + 300 decimals at most
     std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(std::max<int64_t>(prec, 0)),
                   v.as_float());
     double r = prec >= 0

@@ -511,7 +511,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       case 'd':
       case 'i':
         DFL_CHECK(v.is_number(), "%d format: a real number is required, not ", v.type_name());
-        out += std::to_string(v.is_float() ? static_cast<int64_t>(v.as_float()) : v.as_int());
+        out += std::to_string(v.is_float() ? float_to_int(v.as_float()) : v.as_int());
         break;
       case 'f': {
         DFL_CHECK(v.is_number(), "%f format: a real number is required");

@@ -687,7 +687,8 @@ class Parser {
     std::string n = expect_name();
     while (is_op(".")) {
       next();
-      n += "." + expect_name();
+      n += '.';
+      n += expect_name();
     }
     return n;
   }

@@ -134,6 +134,14 @@ bool Value::truthy() const {
   return false;
 }
 
+int64_t float_to_int(double x) {
+  DFL_CHECK(std::isfinite(x), "cannot convert float ", python_float_repr(x), " to integer");
+  // 2^63 is exactly representable; anything at or beyond it does not fit.
+  DFL_CHECK(x > -9223372036854775808.0 - 1.0 && x < 9223372036854775808.0,
+            "integer too large: ", python_float_repr(x));
+  return static_cast<int64_t>(x);
+}
+
 std::string python_float_repr(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v < 0 ? "-inf" : "inf";

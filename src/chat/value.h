@@ -129,6 +129,9 @@ class Value {
 bool values_equal(const Value& a, const Value& b);
 // Python <, <=, >, >= via a three-way result; throws dfl::Error for unorderable types.
 int values_compare(const Value& a, const Value& b);
+// int(x) of a float: truncates toward zero; throws dfl::Error when it does not fit in int64
+// (Python would make a big integer) or is inf/nan.
+int64_t float_to_int(double x);
 // Python's repr of a float: shortest round-trip digits, exponent outside [-4, 16).
 std::string python_float_repr(double v);
 
