@@ -25,6 +25,7 @@ std::string token_text(const nlohmann::json& v) {
 }  // namespace
 
 ModelAssets ModelAssets::load(const std::string& dir) {
+  DFL_CHECK(dir_exists(dir), "model folder '", dir, "' does not exist");
   ModelAssets a;
   a.dir = dir;
   const std::string tok = dir + "/tokenizer.json";

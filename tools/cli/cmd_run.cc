@@ -38,6 +38,7 @@ const std::vector<FlagSpec> kFlags = {
                           "curve and the running acceptance (engine/block_policy.h)"},
     {"--weights", "FMT", "bf16 (default: as stored, prepacked where the machine has a faster "
                          "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
+    {"--ignore-eos", "", "keep generating past end-of-sequence tokens"},
     {"--trace", "", "with --draft: record per cycle the drafted ids and how many were accepted"},
     {"--json", "", "print one JSON object {token_ids, text, stats} instead of streaming"},
     {"--help", "", "show this help"},
@@ -115,7 +116,7 @@ int cmd_run(int argc, char** argv) {
     req.prompt = assets.require_tokenizer().encode(text, !args.has("--chat"));
   }
   DFL_CHECK(!req.prompt.empty(), "the prompt is empty");
-  req.stop_ids = assets.eos_ids;
+  if (!args.has("--ignore-eos")) req.stop_ids = assets.eos_ids;
 
   ThreadPool pool(threads);
   LoadOptions lo;

@@ -1,0 +1,259 @@
+// The dflash binary as a user runs it: generation against the HF golden continuation, lossless
+// speculative decoding through the CLI, inspect's JSON schema, and one-line errors with a
+// non-zero exit for bad input (missing folders, malformed/corrupt files, bad flags, prompts).
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/golden.h"
+
+namespace dfl::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Proc {
+  int rc = -1;
+  std::string out, err;
+};
+
+// Runs `dflash <args>` with stdout and stderr captured separately.
+Proc run_dflash(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path() / ("dfl_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string out = (dir / "out").string(), err = (dir / "err").string();
+  const std::string cmd = std::string(DFLASH_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  Proc p;
+  const int st = std::system(cmd.c_str());
+  p.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  p.out = read_text(out);
+  p.err = read_text(err);
+  return p;
+}
+
+std::string ids_csv(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+// A one-line error on stderr that mentions `needle`, and a non-zero exit.
+void expect_error(const Proc& p, const std::string& needle) {
+  EXPECT_NE(p.rc, 0) << p.err;
+  EXPECT_NE(p.err.find("dflash: "), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find(needle), std::string::npos) << "stderr: " << p.err;
+  EXPECT_EQ(std::count(p.err.begin(), p.err.end(), '\n'), 1) << p.err;
+}
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("dfl_cli_case_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+  // Copies a fixture folder into the temp dir.
+  void copy_from(const std::string& src) {
+    fs::copy(src, path_, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  }
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+TEST(Cli, GreedyRunMatchesTransformersGolden) {
+  for (const char* name : {"tied_gqa2", "gqa4_yarn", "sharded"}) {
+    const std::string dir = fixture(std::string("qwen3/") + name);
+    Golden g(dir + "/golden.safetensors");
+    const auto prompt = g.i32("prompt_ids");
+    const auto want = g.i32("greedy_ids");
+    const Proc p = run_dflash("run --model " + dir + " --prompt-ids " + ids_csv(prompt) +
+                              " --max-tokens 32 --ignore-eos --json --threads 2");
+    ASSERT_EQ(p.rc, 0) << p.err;
+    const auto j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), want) << name;
+    EXPECT_EQ(j["stats"]["prompt_tokens"].get<int>(), int(prompt.size()));
+    EXPECT_EQ(j["stats"]["generated_tokens"].get<int>(), 32);
+  }
+}
+
+TEST(Cli, SpeculativeRunIsLosslessAndReportsStats) {
+  // mixed_swa drafts for qwen3/tied_gqa2; zlab_full for qwen3/sharded.
+  const std::pair<const char*, const char*> pairs[] = {{"tied_gqa2", "mixed_swa"}, {"sharded", "zlab_full"}};
+  for (const auto& [target, draft] : pairs) {
+    const std::string tdir = fixture(std::string("qwen3/") + target);
+    const std::string ddir = fixture(std::string("dflash/") + draft + "/draft");
+    Golden g(tdir + "/golden.safetensors");
+    const std::string common = "run --model " + tdir + " --prompt-ids " + ids_csv(g.i32("prompt_ids")) +
+                               " --max-tokens 32 --ignore-eos --json";
+    const Proc plain = run_dflash(common);
+    ASSERT_EQ(plain.rc, 0) << plain.err;
+    for (int b : {2, 5, 8}) {
+      const Proc spec = run_dflash(common + " --draft " + ddir + " --trace --block-size " + std::to_string(b));
+      ASSERT_EQ(spec.rc, 0) << spec.err;
+      const auto js = nlohmann::json::parse(spec.out);
+      EXPECT_EQ(js["token_ids"], nlohmann::json::parse(plain.out)["token_ids"]) << target << " B=" << b;
+      const auto& st = js["stats"];
+      for (const char* key : {"draft_steps", "drafted_tokens", "accepted_tokens", "mean_acceptance_length",
+                              "acceptance_histogram", "draft_s", "verify_s"})
+        EXPECT_TRUE(st.contains(key)) << key;
+      EXPECT_GE(st["mean_acceptance_length"].get<double>(), 1.0);
+      ASSERT_TRUE(js.contains("cycles"));
+      EXPECT_EQ(js["cycles"].size(), st["draft_steps"].get<size_t>());
+      for (const auto& c : js["cycles"]) EXPECT_LE(c["drafted"].size(), size_t(b - 1));
+    }
+  }
+}
+
+TEST(Cli, TextPromptAndChatTemplate) {
+  const std::string dir = fixture("default/target");
+  Proc p = run_dflash("run --model " + dir + " --prompt \"hello world\" --max-tokens 4 --json");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  auto j = nlohmann::json::parse(p.out);
+  EXPECT_GT(j["stats"]["prompt_tokens"].get<int>(), 0);
+  p = run_dflash("run --model " + dir + " --chat --system \"be brief\" --prompt hi --max-tokens 4 --json");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  j = nlohmann::json::parse(p.out);
+  // <|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n
+  // <think>\n\n</think>\n\n : far more tokens than the raw text.
+  EXPECT_GT(j["stats"]["prompt_tokens"].get<int>(), 12);
+  // Streaming mode prints text and a stats line on stderr.
+  p = run_dflash("run --model " + dir + " --draft " + fixture("default/draft") + " --prompt hi --max-tokens 8");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_NE(p.err.find("[stats]"), std::string::npos);
+  EXPECT_NE(p.err.find("tau"), std::string::npos);
+}
+
+TEST(Cli, TokenizeJson) {
+  const Proc p = run_dflash("tokenize --model " + fixture("default/target") + " --text \"<|im_start|>hi\" --json");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  ASSERT_FALSE(j["ids"].empty());
+  EXPECT_EQ(j["ids"][0].get<int>(), 507);  // the added special token, matched before BPE
+  EXPECT_EQ(j["pieces"][0].get<std::string>(), "<|im_start|>");
+}
+
+TEST(Cli, InspectWorksOnAConfigOnlyFolder) {
+  TempDir t;
+  fs::copy_file(fixture("dflash/mixed_swa/draft/config.json"), t.str() + "/config.json");
+  const Proc p = run_dflash("inspect " + t.str() + " --json");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  const auto meta = read_json(fixture("dflash/mixed_swa/meta.json"));
+  EXPECT_EQ(j["architecture"], "DFlashDraftModel");
+  ASSERT_EQ(j["layers"].size(), 3u);
+  // sliding(4) causal, full non-causal, sliding(4) causal — the §3.1 resolution.
+  EXPECT_EQ(j["layers"][0]["attention"], "sliding");
+  EXPECT_EQ(j["layers"][0]["window"], nlohmann::json({3, 0}));
+  EXPECT_EQ(j["layers"][0]["causal"], true);
+  EXPECT_EQ(j["layers"][1]["attention"], "full");
+  EXPECT_EQ(j["layers"][1]["window"], nlohmann::json({-1, -1}));
+  EXPECT_EQ(j["layers"][1]["causal"], false);
+  EXPECT_EQ(j["layers"][0]["sinks"], false);
+  EXPECT_EQ(j["dflash"]["block_size"], 8);
+  EXPECT_EQ(j["dflash"]["mask_token_id"], 511);
+  EXPECT_EQ(j["dflash"]["target_layer_ids"], nlohmann::json({0, 1}));
+  EXPECT_TRUE(j["dflash"]["mask_embedding"].is_null());
+  // MiMo-style: symmetric windows from use_swa, sinks, mask embedding path.
+  const Proc m = run_dflash("inspect " + fixture("dflash/mimo_style/draft") + " --json");
+  ASSERT_EQ(m.rc, 0) << m.err;
+  const auto jm = nlohmann::json::parse(m.out);
+  EXPECT_EQ(jm["layers"][0]["window"], nlohmann::json({3, 3}));
+  EXPECT_EQ(jm["layers"][0]["sinks"], true);
+  EXPECT_TRUE(jm["dflash"]["mask_embedding"].is_string());
+}
+
+TEST(Cli, ImpossibleConfigsAreRefused) {
+  auto inspect_with = [](const nlohmann::json& cfg) {
+    TempDir t;
+    std::ofstream(t.str() + "/config.json") << cfg.dump();
+    return run_dflash("inspect " + t.str() + " --json");
+  };
+  auto base = read_json(fixture("dflash/zlab_full/draft/config.json"));
+  auto c = base;
+  c["dflash_config"]["use_swa"] = true;  // sliding, but no window size anywhere
+  c.erase("sliding_window");
+  expect_error(inspect_with(c), "sliding");
+  c = base;
+  c["layer_types"] = {"full_attention", "chunked_attention"};
+  expect_error(inspect_with(c), "unknown layer type");
+  c = base;
+  c["dflash_config"]["mask_token_id"] = 100000;
+  expect_error(inspect_with(c), "mask_token_id");
+  c = base;
+  c["architectures"] = {"LlamaForCausalLM"};
+  c.erase("dflash_config");
+  expect_error(inspect_with(c), "unknown architecture");
+}
+
+TEST(Cli, BadInputGivesOneLineErrors) {
+  const std::string model = fixture("qwen3/tied_gqa2");
+  expect_error(run_dflash("run --model /nonexistent/model --prompt hi"), "does not exist");
+  expect_error(run_dflash("run --model " + model + " --prompt hi --bogus-flag"), "unknown flag");
+  expect_error(run_dflash("run --model " + model + " --prompt \"\""), "empty");
+  expect_error(run_dflash("run --model " + model + " --prompt-ids 1,2,x"), "not a token id");
+  expect_error(run_dflash("run --model " + model + " --prompt-ids 1,2,3 --max-tokens abc"), "integer");
+  expect_error(run_dflash("run --model " + model + " --prompt-ids 1,2,3,4,5,6,7,8,9 --ctx-size 4"),
+               "context");
+  expect_error(run_dflash("run --model " + model + " --prompt-ids 99999"), "out of range");
+  // mimo_style taps target layer 2; tied_gqa2 has 2 layers.
+  expect_error(run_dflash("run --model " + model + " --draft " + fixture("dflash/mimo_style/draft") +
+                          " --prompt hi"),
+               "target_layer_ids");
+  {
+    TempDir t;  // a drafter whose fc was trained for 2 taps, configured with 1
+    t.copy_from(fixture("dflash/zlab_full/draft"));
+    auto cfg = read_json(t.str() + "/config.json");
+    cfg["dflash_config"]["target_layer_ids"] = {1};
+    std::ofstream(t.str() + "/config.json") << cfg.dump();
+    expect_error(run_dflash("run --model " + model + " --draft " + t.str() + " --prompt hi"),
+                 "fc input width");
+  }
+  {
+    TempDir t;  // malformed config.json
+    t.copy_from(model);
+    std::ofstream(t.str() + "/config.json") << "{ \"hidden_size\": 64, ";
+    expect_error(run_dflash("run --model " + t.str() + " --prompt hi"), "not valid JSON");
+  }
+  {
+    TempDir t;  // truncated safetensors: header says more data than the file holds
+    t.copy_from(model);
+    fs::resize_file(t.str() + "/model.safetensors", 4096);
+    expect_error(run_dflash("run --model " + t.str() + " --prompt hi"), "model.safetensors");
+  }
+  {
+    TempDir t;  // header length past the end of the file
+    t.copy_from(model);
+    std::fstream f(t.str() + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t huge = 1ull << 40;
+    f.write(reinterpret_cast<const char*>(&huge), 8);
+    f.close();
+    expect_error(run_dflash("run --model " + t.str() + " --prompt hi"), "model.safetensors");
+  }
+  {
+    TempDir t;  // no tokenizer: a text prompt cannot be encoded
+    fs::copy_file(model + "/config.json", t.str() + "/config.json");
+    fs::copy_file(model + "/model.safetensors", t.str() + "/model.safetensors");
+    expect_error(run_dflash("run --model " + t.str() + " --prompt hi"), "tokenizer.json");
+  }
+}
+
+TEST(Cli, HelpAndUsage) {
+  for (const char* cmd : {"run", "inspect", "tokenize", "bench"}) {
+    const Proc p = run_dflash(std::string(cmd) + " --help");
+    EXPECT_EQ(p.rc, 0) << cmd;
+    EXPECT_NE(p.out.find("Usage: dflash"), std::string::npos) << cmd;
+  }
+  EXPECT_EQ(run_dflash("--help").rc, 0);
+  expect_error(run_dflash("frobnicate"), "unknown command");
+}
+
+}  // namespace
+}  // namespace dfl::test
