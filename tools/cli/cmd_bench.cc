@@ -47,6 +47,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--bw-mib", "MiB", "buffer of the bandwidth test (default 1024)"},
     {"--skip", "LIST", "skip parts: machine,prefill,decode,verify,draft,dflash"},
     {"--json", "", "print one JSON object instead of the markdown report"},
+    {"--json-out", "FILE", "also write the JSON object to FILE"},
     {"--help", "", "show this help"},
 };
 
@@ -645,6 +646,11 @@ int cmd_bench(int argc, char** argv) {
   }
   J["loadavg_end"] = loadavg();
 
+  if (args.has("--json-out")) {
+    std::ofstream out(args.str("--json-out"));
+    DFL_CHECK(out.good(), "cannot write '", args.str("--json-out"), "'");
+    out << J.dump(2) << "\n";
+  }
   if (as_json) {
     std::cout << J.dump(2) << "\n";
     return 0;
