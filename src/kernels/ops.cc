@@ -51,6 +51,16 @@ float dot_row(const float* x, const WeightMatrix& w, int64_t n) {
   return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
 
+// Work below this many multiply-adds runs on the calling thread alone: waking the workers
+// costs more than it saves (and far more when the machine is oversubscribed). Chunking never
+// changes per-element math, so this does not affect results.
+constexpr int64_t kInlineWork = int64_t(1) << 16;
+
+ThreadPool& pool_for(ThreadPool& pool, int64_t work) {
+  static thread_local ThreadPool solo(1);
+  return work < kInlineWork ? solo : pool;
+}
+
 }  // namespace
 
 static void matmul_portable(const float* x, int64_t n_rows, const WeightMatrix& w, float* y,
@@ -67,8 +77,9 @@ static void matmul_portable(const float* x, int64_t n_rows, const WeightMatrix& 
       16);
 }
 
-void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool) {
+void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool_in) {
   if (n_rows <= 0 || w.n_out <= 0) return;
+  ThreadPool& pool = pool_for(pool_in, n_rows * w.n_out * w.n_in);
   if (w.n_in <= 0) {
     for (int64_t i = 0; i < n_rows * w.n_out; ++i) y[i] = 0.0f;
     return;
@@ -214,9 +225,10 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
 
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
-               ThreadPool& pool) {
+               ThreadPool& pool_in) {
   DFL_ASSERT(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0);
   if (n_q <= 0) return;
+  ThreadPool& pool = pool_for(pool_in, n_q * p.n_heads * n_kv * (p.d_qk + p.d_v));
   if (cpu_isa() == IsaLevel::kAvx512) {
     thread_local std::vector<float> buf;
     const int64_t per = cpu::avx512::attention_scratch_floats(p);
