@@ -35,6 +35,36 @@ int64_t DenseLayer::matrix_bytes() const {
          weight_bytes(gate) + weight_bytes(up) + weight_bytes(down);
 }
 
+AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks) {
+  AttnParams p;
+  p.n_heads = s.n_heads;
+  p.n_kv_heads = s.n_kv_heads;
+  p.d_qk = s.head_dim;
+  p.d_v = s.v_head_dim;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  p.window = s.window;
+  p.sinks = sinks.empty() ? nullptr : sinks.data();
+  return p;
+}
+
+void OutputHead::embed_rows(const int32_t* tokens, int64_t n, float* out) const {
+  for (int64_t i = 0; i < n; ++i)
+    DFL_CHECK(tokens[i] >= 0 && tokens[i] < vocab, "token id ", tokens[i],
+              " is out of range for vocab_size ", vocab);
+  rows_to_f32(embed, tokens, n, out);
+}
+
+void OutputHead::logits(const float* x_normed, int64_t n, float* out, ThreadPool& pool) const {
+  ops::matmul(x_normed, n, lm_head, out, pool);
+}
+
+void OutputHead::norm_logits(const float* x, int64_t n, float* out, std::vector<float>& tmp,
+                             ThreadPool& pool) const {
+  if (tmp.size() < size_t(n) * hidden) tmp.resize(size_t(n) * hidden);
+  ops::rms_norm(x, final_norm.data(), n, hidden, eps, tmp.data());
+  logits(tmp.data(), n, out, pool);
+}
+
 void project_qkv(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, const float* a,
                  int32_t n, const int32_t* pos, float eps, float value_scale, float* q_out,
                  float* k_out, float* v_out, Scratch& sc, ThreadPool& pool) {
@@ -78,14 +108,7 @@ void attention_block(const DenseLayer& w, const LayerSpec& s, const RopeTable& r
               sc.v.data(), sc, pool);
   kv.write(seq, il, pos0, n, sc.k.data(), sc.v.data());
 
-  AttnParams p;
-  p.n_heads = s.n_heads;
-  p.n_kv_heads = s.n_kv_heads;
-  p.d_qk = s.head_dim;
-  p.d_v = s.v_head_dim;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  p.window = s.window;
-  p.sinks = w.sinks.empty() ? nullptr : w.sinks.data();
+  const AttnParams p = attn_params(s, w.sinks);
   ops::attention(sc.q.data(), pos.data(), n, kv.k(seq, il), kv.v(seq, il), kv.pos(seq, il),
                  kv.n_slots(seq, il), p, sc.o.data(), pool);
   sc.ensure(sc.a, size_t(n) * H);

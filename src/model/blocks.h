@@ -34,6 +34,27 @@ DenseLayer load_dense_layer(const Checkpoint& ck, const std::string& prefix, con
                             int32_t hidden, int32_t intermediate, const LoadOptions& opts = {},
                             ThreadPool* pool = nullptr);
 
+// The kernel parameters of one layer's attention: the ONE place a LayerSpec (with its resolved
+// window) becomes AttnParams. Scale = head_dim^-0.5 (q/k head dim, also when V is narrower).
+AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks);
+
+// Token embedding, final norm and lm_head of a target (shared by every family).
+struct OutputHead {
+  WeightMatrix embed;            // [V, H] as stored (rows are read, never multiplied)
+  WeightMatrix lm_head;          // [V, H]
+  std::vector<float> final_norm; // [H]
+  int32_t vocab = 0, hidden = 0;
+  float eps = 1e-6f;
+
+  // out [n, H]; throws dfl::Error for an id outside the vocabulary.
+  void embed_rows(const int32_t* tokens, int64_t n, float* out) const;
+  // logits [n, V] = x_normed [n, H] · lm_headᵀ
+  void logits(const float* x_normed, int64_t n, float* out, ThreadPool& pool) const;
+  // logits of final_norm(x); `tmp` is scratch.
+  void norm_logits(const float* x, int64_t n, float* out, std::vector<float>& tmp,
+                   ThreadPool& pool) const;
+};
+
 // Reusable scratch buffers (grown on demand, never shrunk).
 struct Scratch {
   std::vector<float> a, q, k, v, o, g, u, cos, sin;

@@ -47,12 +47,15 @@ class MiMoModel final : public CausalLM {
     DFL_CHECK(cfg_.mimo.has_value(), "MiMo model without MiMo config");
     const MiMoSpec& m = *cfg_.mimo;
     const int32_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    head_.vocab = V;
+    head_.hidden = H;
+    head_.eps = cfg_.rms_norm_eps;
     const int64_t bo = m.fp8_block_out, bi = m.fp8_block_in;
-    embed_ = load_linear_fp8(ck_, "model.embed_tokens.weight", V, H, 1, scales_, bo, bi);
-    DFL_CHECK(embed_.dtype != DType::kF8E4M3, "model.embed_tokens.weight must be a float table");
-    final_norm_ = load_vector(ck_, "model.norm.weight", H);
+    head_.embed = load_linear_fp8(ck_, "model.embed_tokens.weight", V, H, 1, scales_, bo, bi);
+    DFL_CHECK(head_.embed.dtype != DType::kF8E4M3, "model.embed_tokens.weight must be a float table");
+    head_.final_norm = load_vector(ck_, "model.norm.weight", H);
     DFL_CHECK(!cfg_.tie_word_embeddings, "MiMo with tie_word_embeddings=true is not supported");
-    lm_head_ = load_linear_fp8(ck_, "lm_head.weight", V, H, 1, scales_, bo, bi);
+    head_.lm_head = load_linear_fp8(ck_, "lm_head.weight", V, H, 1, scales_, bo, bi);
     for (int32_t il = 0; il < cfg_.n_layers; ++il) layers_.push_back(load_layer(il));
     const auto leftover = ck_.unused_names(
         {"model.mtp.", "mtp.", "visual.", "model.visual.", "audio_encoder.", "model.audio_encoder.",
@@ -68,21 +71,15 @@ class MiMoModel final : public CausalLM {
   KvCache& kv() override { return kv_; }
 
   void embed(const int32_t* tokens, int64_t n, float* out) const override {
-    for (int64_t i = 0; i < n; ++i)
-      DFL_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "token id ", tokens[i],
-                " is out of range for vocab_size ", cfg_.vocab_size);
-    rows_to_f32(embed_, tokens, n, out);
+    head_.embed_rows(tokens, n, out);
   }
 
   void lm_head(const float* x_normed, int64_t n, float* logits) override {
-    ops::matmul(x_normed, n, lm_head_, logits, pool_);
+    head_.logits(x_normed, n, logits, pool_);
   }
 
   void norm_and_lm_head(const float* x, int64_t n, float* logits) override {
-    const int32_t H = cfg_.hidden_size;
-    a_.resize(size_t(n) * H);
-    ops::rms_norm(x, final_norm_.data(), n, H, cfg_.rms_norm_eps, a_.data());
-    lm_head(a_.data(), n, logits);
+    head_.norm_logits(x, n, logits, head_tmp_, pool_);
   }
 
   void forward(const ForwardArgs& a, ForwardOut& out) override {
@@ -135,7 +132,7 @@ class MiMoModel final : public CausalLM {
       else
         b += mb(l.gate) + mb(l.up) + mb(l.down);
     }
-    return b + mb(lm_head_) + cfg_.hidden_size * int64_t(dtype_size(embed_.dtype));
+    return b + mb(head_.lm_head) + cfg_.hidden_size * int64_t(dtype_size(head_.embed.dtype));
   }
 
  private:
@@ -222,14 +219,7 @@ class MiMoModel final : public CausalLM {
     ops::rope_neox(q_.data(), n, nq, s.n_heads, s.head_dim, rope.n_rot(), cos_.data(), sin_.data());
     ops::rope_neox(k_.data(), n, nk, s.n_kv_heads, s.head_dim, rope.n_rot(), cos_.data(), sin_.data());
     kv_.write(seq, il, pos0, n, k_.data(), v_.data());
-    AttnParams p;
-    p.n_heads = s.n_heads;
-    p.n_kv_heads = s.n_kv_heads;
-    p.d_qk = s.head_dim;
-    p.d_v = s.v_head_dim;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-    p.window = s.window;
-    p.sinks = w.sinks.empty() ? nullptr : w.sinks.data();
+    const AttnParams p = attn_params(s, w.sinks);
     ops::attention(q_.data(), pos_.data(), n, kv_.k(seq, il), kv_.v(seq, il), kv_.pos(seq, il),
                    kv_.n_slots(seq, il), p, o_.data(), pool_);
     ops::matmul(o_.data(), n, w.o, a_.data(), pool_);  // [n, H]
@@ -274,8 +264,8 @@ class MiMoModel final : public CausalLM {
   Checkpoint ck_;
   ThreadPool& pool_;
   Fp8ScaleStore scales_;
-  WeightMatrix embed_, lm_head_;
-  std::vector<float> final_norm_;
+  OutputHead head_;
+  std::vector<float> head_tmp_;
   std::vector<MiMoLayer> layers_;
   std::vector<RopeTable> ropes_;  // per layer (theta and rotated dims of its kind)
   KvCache kv_;

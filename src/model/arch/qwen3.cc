@@ -17,19 +17,22 @@ class Qwen3Model final : public CausalLM {
   Qwen3Model(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool)
       : cfg_(std::move(cfg)), ck_(cfg_.dir), pool_(pool) {
     const int32_t H = cfg_.hidden_size, V = cfg_.vocab_size;
-    embed_ = load_linear(ck_, "model.embed_tokens.weight", V, H);
-    final_norm_ = load_vector(ck_, "model.norm.weight", H);
+    head_.vocab = V;
+    head_.hidden = H;
+    head_.eps = cfg_.rms_norm_eps;
+    head_.embed = load_linear(ck_, "model.embed_tokens.weight", V, H);
+    head_.final_norm = load_vector(ck_, "model.norm.weight", H);
     if (cfg_.tie_word_embeddings) {
-      lm_head_ = embed_;
+      head_.lm_head = head_.embed;
       (void)ck_.find("lm_head.weight");  // some exports keep the tied copy: accept it
     } else {
-      lm_head_ = load_linear(ck_, "lm_head.weight", V, H);
+      head_.lm_head = load_linear(ck_, "lm_head.weight", V, H);
     }
     for (int32_t il = 0; il < cfg_.n_layers; ++il) {
       layers_.push_back(load_dense_layer(ck_, str("model.layers.", il, "."), cfg_.layers[il], H,
                                          cfg_.intermediate_size, opts, &pool));
     }
-    convert_weight(lm_head_, opts, owned_, &pool);  // embed_ stays as stored (rows are read)
+    convert_weight(head_.lm_head, opts, owned_, &pool);  // head_.embed stays as stored (rows are read)
     const auto leftover = ck_.unused_names();
     DFL_CHECK(leftover.empty(), "unexpected tensor '", leftover.empty() ? "" : leftover[0], "' in '",
               cfg_.dir, "' (", leftover.size(), " tensors not used by ", cfg_.architecture, ")");
@@ -42,21 +45,15 @@ class Qwen3Model final : public CausalLM {
   KvCache& kv() override { return kv_; }
 
   void embed(const int32_t* tokens, int64_t n, float* out) const override {
-    for (int64_t i = 0; i < n; ++i)
-      DFL_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "token id ", tokens[i],
-                " is out of range for vocab_size ", cfg_.vocab_size);
-    rows_to_f32(embed_, tokens, n, out);
+    head_.embed_rows(tokens, n, out);
   }
 
   void lm_head(const float* x_normed, int64_t n, float* logits) override {
-    ops::matmul(x_normed, n, lm_head_, logits, pool_);
+    head_.logits(x_normed, n, logits, pool_);
   }
 
   void norm_and_lm_head(const float* x, int64_t n, float* logits) override {
-    const int32_t H = cfg_.hidden_size;
-    sc_.ensure(sc_.a, size_t(n) * H);
-    ops::rms_norm(x, final_norm_.data(), n, H, cfg_.rms_norm_eps, sc_.a.data());
-    lm_head(sc_.a.data(), n, logits);
+    head_.norm_logits(x, n, logits, head_tmp_, pool_);
   }
 
   void forward(const ForwardArgs& a, ForwardOut& out) override {
@@ -98,7 +95,7 @@ class Qwen3Model final : public CausalLM {
   int64_t weight_bytes_per_token() const override {
     int64_t b = 0;
     for (const auto& l : layers_) b += l.matrix_bytes();
-    return b + weight_bytes(lm_head_) + cfg_.hidden_size * int64_t(dtype_size(embed_.dtype));
+    return b + weight_bytes(head_.lm_head) + cfg_.hidden_size * int64_t(dtype_size(head_.embed.dtype));
   }
 
  private:
@@ -117,9 +114,9 @@ class Qwen3Model final : public CausalLM {
   ModelConfig cfg_;
   Checkpoint ck_;
   ThreadPool& pool_;
-  WeightMatrix embed_, lm_head_;
+  OutputHead head_;
+  std::vector<float> head_tmp_;
   OwnedWeights owned_;  // load-time copy of the lm_head (Q8 / prepacked), if any
-  std::vector<float> final_norm_;
   std::vector<DenseLayer> layers_;
   RopeTable rope_;
   KvCache kv_;
