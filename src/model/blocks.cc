@@ -1,5 +1,6 @@
 #include "model/blocks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -33,6 +34,39 @@ DenseLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const La
 int64_t DenseLayer::matrix_bytes() const {
   return weight_bytes(q) + weight_bytes(k) + weight_bytes(v) + weight_bytes(o) +
          weight_bytes(gate) + weight_bytes(up) + weight_bytes(down);
+}
+
+void begin_forward(const ForwardArgs& a, const KvCache& kv, int32_t n_layers, int32_t hidden,
+                   ForwardOut& out) {
+  DFL_CHECK(a.n > 0, "empty forward pass");
+  DFL_CHECK(a.pos0 == kv.length(a.seq), "forward: pos0 ", a.pos0, " != cached length ",
+            kv.length(a.seq));
+  DFL_CHECK(a.pos0 + a.n <= kv.max_context(), "context overflow: ", a.pos0 + a.n,
+            " tokens exceed the context limit of ", kv.max_context());
+  const size_t n_aux = a.aux ? a.aux->size() : 0;
+  if (a.aux)
+    for (int32_t idx : *a.aux)
+      DFL_CHECK(idx >= 0 && idx <= n_layers, "aux hidden-state index ", idx,
+                " is out of range [0, ", n_layers, "]");
+  out.aux.assign(size_t(a.n) * n_aux * hidden, 0.0f);
+}
+
+void capture_aux(const ForwardArgs& a, int32_t index, const float* x, int32_t row0, int32_t n,
+                 int32_t H, ForwardOut& out) {
+  if (!a.aux) return;
+  const size_t n_aux = a.aux->size();
+  for (size_t j = 0; j < n_aux; ++j) {
+    if ((*a.aux)[j] != index) continue;
+    for (int32_t t = 0; t < n; ++t)
+      std::copy_n(x + size_t(t) * H, H, out.aux.data() + ((size_t(row0) + t) * n_aux + j) * H);
+  }
+}
+
+void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
+                      const std::vector<std::string>& ignore) {
+  const auto leftover = ck.unused_names(ignore);
+  DFL_CHECK(leftover.empty(), "unexpected tensor '", leftover.empty() ? "" : leftover[0], "' in '",
+            cfg.dir, "' (", leftover.size(), " tensors not used by ", cfg.architecture, ")");
 }
 
 AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks) {

@@ -10,6 +10,7 @@
 #include "kv/kv_cache.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/model.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
@@ -54,6 +55,20 @@ struct OutputHead {
   void norm_logits(const float* x, int64_t n, float* out, std::vector<float>& tmp,
                    ThreadPool& pool) const;
 };
+
+// Checks a forward request against the cache (pos0 = cached length, no context overflow, aux
+// indices in [0, n_layers]) and sizes out.aux to [n, aux.size() × hidden] zeros.
+void begin_forward(const ForwardArgs& a, const KvCache& kv, int32_t n_layers, int32_t hidden,
+                   ForwardOut& out);
+
+// Copies residual-stream rows x [n, hidden] (block rows row0..row0+n) into every aux column of
+// `out` whose requested index equals `index` (model/model.h tap protocol).
+void capture_aux(const ForwardArgs& a, int32_t index, const float* x, int32_t row0, int32_t n,
+                 int32_t hidden, ForwardOut& out);
+
+// Refuses a checkpoint holding tensors the model did not request (prefixes in `ignore` excepted).
+void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
+                      const std::vector<std::string>& ignore = {});
 
 // Reusable scratch buffers (grown on demand, never shrunk).
 struct Scratch {

@@ -46,9 +46,7 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
     rope_block_.emplace_back(s.rope);
     rope_ctx_.emplace_back(s.rope, d.backbone_rotary_base.value_or(0.0f));
   }
-  const auto leftover = ck_.unused_names();
-  DFL_CHECK(leftover.empty(), "unexpected tensor '", leftover.empty() ? "" : leftover[0],
-            "' in drafter '", dir, "'");
+  require_all_used(ck_, cfg_);
 
   const std::string mpath = dir + "/mask_embedding.pt";
   if (file_exists(mpath)) {

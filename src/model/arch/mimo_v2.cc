@@ -57,11 +57,9 @@ class MiMoModel final : public CausalLM {
     DFL_CHECK(!cfg_.tie_word_embeddings, "MiMo with tie_word_embeddings=true is not supported");
     head_.lm_head = load_linear_fp8(ck_, "lm_head.weight", V, H, 1, scales_, bo, bi);
     for (int32_t il = 0; il < cfg_.n_layers; ++il) layers_.push_back(load_layer(il));
-    const auto leftover = ck_.unused_names(
+    require_all_used(ck_, cfg_,
         {"model.mtp.", "mtp.", "visual.", "model.visual.", "audio_encoder.", "model.audio_encoder.",
          "speech_embeddings.", "model.speech_embeddings."});
-    DFL_CHECK(leftover.empty(), "unexpected tensor '", leftover.empty() ? "" : leftover[0], "' in '",
-              cfg_.dir, "' (", leftover.size(), " tensors not used by ", cfg_.architecture, ")");
     for (const LayerSpec& s : cfg_.layers) ropes_.emplace_back(s.rope);
     const int32_t max_ctx = std::min(opts.max_context, cfg_.max_position_embeddings);
     kv_ = KvCache(kv_layout(cfg_), opts.n_seqs, max_ctx, opts.max_block);
@@ -84,28 +82,18 @@ class MiMoModel final : public CausalLM {
 
   void forward(const ForwardArgs& a, ForwardOut& out) override {
     const int32_t H = cfg_.hidden_size, n = a.n;
-    DFL_CHECK(n > 0, "empty forward pass");
-    DFL_CHECK(a.pos0 == kv_.length(a.seq), "forward: pos0 ", a.pos0, " != cached length ",
-              kv_.length(a.seq));
-    DFL_CHECK(a.pos0 + n <= kv_.max_context(), "context overflow: ", a.pos0 + n,
-              " tokens exceed the context limit of ", kv_.max_context());
-    const size_t n_aux = a.aux ? a.aux->size() : 0;
-    if (a.aux)
-      for (int32_t idx : *a.aux)
-        DFL_CHECK(idx >= 0 && idx <= cfg_.n_layers, "aux hidden-state index ", idx,
-                  " is out of range [0, ", cfg_.n_layers, "]");
+    begin_forward(a, kv_, cfg_.n_layers, H, out);
     x_.resize(size_t(n) * H);
     embed(a.tokens, n, x_.data());
-    out.aux.assign(size_t(n) * n_aux * H, 0.0f);
     const int32_t chunk = kv_.slack();
     for (int32_t c0 = 0; c0 < n; c0 += chunk) {
       const int32_t m = std::min(chunk, n - c0);
       float* x = x_.data() + size_t(c0) * H;
-      capture(a, 0, x, c0, m, out);
+      capture_aux(a, 0, x, c0, m, H, out);
       for (int32_t il = 0; il < cfg_.n_layers; ++il) {
         attention(il, x, m, a.pos0 + c0, a.seq);
         mlp(il, x, m);
-        capture(a, il + 1, x, c0, m, out);
+        capture_aux(a, il + 1, x, c0, m, H, out);
       }
       kv_.commit_length(a.seq, a.pos0 + c0 + m);
     }
@@ -248,17 +236,6 @@ class MiMoModel final : public CausalLM {
 
   // Copies the residual stream of rows [row0, row0 + n) into every aux column equal to `index`
   // (aux 0 = embedding output; aux i = after layer i-1, pre final norm — also for the last layer).
-  void capture(const ForwardArgs& a, int32_t index, const float* x, int32_t row0, int32_t n,
-               ForwardOut& out) {
-    if (!a.aux) return;
-    const int32_t H = cfg_.hidden_size;
-    const size_t n_aux = a.aux->size();
-    for (size_t j = 0; j < n_aux; ++j) {
-      if ((*a.aux)[j] != index) continue;
-      for (int32_t t = 0; t < n; ++t)
-        std::copy_n(x + size_t(t) * H, H, out.aux.data() + ((size_t(row0) + t) * n_aux + j) * H);
-    }
-  }
 
   ModelConfig cfg_;
   Checkpoint ck_;

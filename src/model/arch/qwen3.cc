@@ -33,9 +33,7 @@ class Qwen3Model final : public CausalLM {
                                          cfg_.intermediate_size, opts, &pool));
     }
     convert_weight(head_.lm_head, opts, owned_, &pool);  // head_.embed stays as stored (rows are read)
-    const auto leftover = ck_.unused_names();
-    DFL_CHECK(leftover.empty(), "unexpected tensor '", leftover.empty() ? "" : leftover[0], "' in '",
-              cfg_.dir, "' (", leftover.size(), " tensors not used by ", cfg_.architecture, ")");
+    require_all_used(ck_, cfg_);
     rope_ = RopeTable(cfg_.layers[0].rope);
     const int32_t max_ctx = std::min(opts.max_context, cfg_.max_position_embeddings);
     kv_ = KvCache(kv_layout(cfg_), opts.n_seqs, max_ctx, opts.max_block);
@@ -58,26 +56,16 @@ class Qwen3Model final : public CausalLM {
 
   void forward(const ForwardArgs& a, ForwardOut& out) override {
     const int32_t H = cfg_.hidden_size, n = a.n;
-    DFL_CHECK(n > 0, "empty forward pass");
-    DFL_CHECK(a.pos0 == kv_.length(a.seq), "forward: pos0 ", a.pos0, " != cached length ",
-              kv_.length(a.seq));
-    DFL_CHECK(a.pos0 + n <= kv_.max_context(), "context overflow: ", a.pos0 + n,
-              " tokens exceed the context limit of ", kv_.max_context());
+    begin_forward(a, kv_, cfg_.n_layers, H, out);
     x_.resize(size_t(n) * H);
     embed(a.tokens, n, x_.data());
-    const size_t n_aux = a.aux ? a.aux->size() : 0;
-    out.aux.assign(size_t(n) * n_aux * H, 0.0f);
-    if (a.aux)
-      for (int32_t idx : *a.aux)
-        DFL_CHECK(idx >= 0 && idx <= cfg_.n_layers, "aux hidden-state index ", idx,
-                  " is out of range [0, ", cfg_.n_layers, "]");
-    capture(a, 0, n, out);
+    capture_aux(a, 0, x_.data(), 0, n, H, out);
     for (int32_t il = 0; il < cfg_.n_layers; ++il) {
       const LayerSpec& s = cfg_.layers[il];
       attention_block(layers_[il], s, rope_, x_.data(), n, a.pos0, H, cfg_.rms_norm_eps, 1.0f, kv_,
                       a.seq, il, sc_, pool_);
       mlp_block(layers_[il], x_.data(), n, H, cfg_.intermediate_size, cfg_.rms_norm_eps, sc_, pool_);
-      capture(a, il + 1, n, out);
+      capture_aux(a, il + 1, x_.data(), 0, n, H, out);
     }
     kv_.commit_length(a.seq, a.pos0 + n);
     const int64_t V = cfg_.vocab_size;
@@ -99,18 +87,6 @@ class Qwen3Model final : public CausalLM {
   }
 
  private:
-  // Copies the residual stream into every requested aux column equal to `index`.
-  void capture(const ForwardArgs& a, int32_t index, int32_t n, ForwardOut& out) {
-    if (!a.aux) return;
-    const int32_t H = cfg_.hidden_size;
-    const size_t n_aux = a.aux->size();
-    for (size_t j = 0; j < n_aux; ++j) {
-      if ((*a.aux)[j] != index) continue;
-      for (int32_t t = 0; t < n; ++t)
-        std::copy_n(x_.data() + size_t(t) * H, H, out.aux.data() + (size_t(t) * n_aux + j) * H);
-    }
-  }
-
   ModelConfig cfg_;
   Checkpoint ck_;
   ThreadPool& pool_;
