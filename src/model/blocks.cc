@@ -134,16 +134,15 @@ void attention_block(const DenseLayer& w, const LayerSpec& s, const RopeTable& r
   sc.ensure(sc.k, nk);
   sc.ensure(sc.v, nv);
   sc.ensure(sc.o, size_t(n) * s.n_heads * s.v_head_dim);
-  std::vector<int32_t> pos(n);
-  std::iota(pos.begin(), pos.end(), pos0);
+  const int32_t* pos = sc.positions(pos0, n);
 
   ops::rms_norm(x, w.in_norm.data(), n, H, eps, sc.a.data());
-  project_qkv(w, s, rope, sc.a.data(), n, pos.data(), eps, value_scale, sc.q.data(), sc.k.data(),
+  project_qkv(w, s, rope, sc.a.data(), n, pos, eps, value_scale, sc.q.data(), sc.k.data(),
               sc.v.data(), sc, pool);
   kv.write(seq, il, pos0, n, sc.k.data(), sc.v.data());
 
   const AttnParams p = attn_params(s, w.sinks);
-  ops::attention(sc.q.data(), pos.data(), n, kv.k(seq, il), kv.v(seq, il), kv.pos(seq, il),
+  ops::attention(sc.q.data(), pos, n, kv.k(seq, il), kv.v(seq, il), kv.pos(seq, il),
                  kv.n_slots(seq, il), p, sc.o.data(), pool);
   sc.ensure(sc.a, size_t(n) * H);
   ops::matmul(sc.o.data(), n, w.o, sc.a.data(), pool);     // [n, H]

@@ -73,8 +73,16 @@ void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
 // Reusable scratch buffers (grown on demand, never shrunk).
 struct Scratch {
   std::vector<float> a, q, k, v, o, g, u, cos, sin;
-  void ensure(std::vector<float>& b, size_t n) {
+  std::vector<int32_t> pos;  // absolute positions of the rows being processed
+  template <typename T>
+  void ensure(std::vector<T>& b, size_t n) {
     if (b.size() < n) b.resize(n);
+  }
+  // pos[0..n) = pos0, pos0 + 1, ...
+  const int32_t* positions(int32_t pos0, int32_t n) {
+    ensure(pos, size_t(n));
+    for (int32_t i = 0; i < n; ++i) pos[i] = pos0 + i;
+    return pos.data();
   }
 };
 

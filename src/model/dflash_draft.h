@@ -29,6 +29,10 @@
 
 namespace dfl {
 
+// The drafter's optional MASK-embedding sidecar: `dir`/mask_embedding.pt when that file exists,
+// else "" (the one place its name and location are written).
+std::string mask_embedding_file(const std::string& dir);
+
 class DFlashDraftModel {
  public:
   // Loads `dir` (config.json, safetensors in z-lab or MiMo layout, optional mask_embedding.pt)

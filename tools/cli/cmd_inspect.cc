@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/mmap.h"
 #include "model/config.h"
+#include "model/dflash_draft.h"
 #include "model/model.h"
 
 namespace dfl::cli {
@@ -61,8 +62,8 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
     dj["target_layer_ids"] = d.target_layer_ids;
     dj["target_aux_layers"] = nlohmann::json::array();
     for (int32_t t : d.target_layer_ids) dj["target_aux_layers"].push_back(t + 1);
-    const std::string me = c.dir + "/mask_embedding.pt";
-    dj["mask_embedding"] = file_exists(me) ? nlohmann::ordered_json(me) : nlohmann::ordered_json(nullptr);
+    const std::string me = mask_embedding_file(c.dir);
+    dj["mask_embedding"] = me.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(me);
     dj["attention_value_scale"] = d.attention_value_scale;
     dj["backbone_rotary_base"] = d.backbone_rotary_base ? nlohmann::ordered_json(*d.backbone_rotary_base)
                                                         : nlohmann::ordered_json(nullptr);

@@ -10,6 +10,11 @@
 
 namespace dfl {
 
+std::string mask_embedding_file(const std::string& dir) {
+  const std::string path = dir + "/mask_embedding.pt";
+  return file_exists(path) ? path : std::string();
+}
+
 DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& target,
                                    const LoadOptions& opts, ThreadPool& pool)
     : cfg_(load_model_config(dir)), ck_(dir), pool_(pool) {
@@ -48,8 +53,8 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
   }
   require_all_used(ck_, cfg_);
 
-  const std::string mpath = dir + "/mask_embedding.pt";
-  if (file_exists(mpath)) {
+  const std::string mpath = mask_embedding_file(dir);
+  if (!mpath.empty()) {
     MaskEmbedding me = read_mask_embedding(mpath, H, d.mask_token_id);
     mask_embedding_ = std::move(me.values);
     mask_embedding_path_ = mpath;
@@ -72,13 +77,12 @@ void DFlashDraftModel::append_context(int32_t seq, const float* taps, int32_t n,
     c_.resize(size_t(m) * H);
     ops::matmul(taps + size_t(c0) * in, m, fc_, c_.data(), pool_);       // [m, H]
     ops::rms_norm(c_.data(), hidden_norm_.data(), m, H, eps, c_.data());
-    std::vector<int32_t> pos(m);
-    std::iota(pos.begin(), pos.end(), pos0 + c0);
+    const int32_t* pos = sc_.positions(pos0 + c0, m);
     for (int32_t il = 0; il < cfg_.n_layers; ++il) {
       const LayerSpec& s = cfg_.layers[il];
       kbuf_.resize(size_t(m) * s.n_kv_heads * s.head_dim);
       vbuf_.resize(size_t(m) * s.n_kv_heads * s.v_head_dim);
-      project_qkv(layers_[il], s, rope_ctx_[il], c_.data(), m, pos.data(), eps, vs, nullptr,
+      project_qkv(layers_[il], s, rope_ctx_[il], c_.data(), m, pos, eps, vs, nullptr,
                   kbuf_.data(), vbuf_.data(), sc_, pool_);
       kv_.write(seq, il, pos0 + c0, m, kbuf_.data(), vbuf_.data());
     }
