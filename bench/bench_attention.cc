@@ -1,5 +1,7 @@
-// Attention: decode (1 query) and verify blocks (16 queries) over a causal cache, Qwen3-4B-like
-// heads (32 query heads, 8 kv heads, d 128) and MiMo-like d_qk 192 / d_v 128 with a window.
+// Attention: decode (1 query), verify blocks (16 queries) and prefill (512 queries over their own
+// 512 keys) over a causal cache, Qwen3-4B-like heads (32 query heads, 8 kv heads, d 128),
+// Qwen3-0.6B-like (16 / 8) and MiMo-like d_qk 192 / d_v 128 with a window. The flops counter
+// counts visible (query, key) pairs × 2 × (d_qk + d_v) per head.
 //   build-kern/bench/bench_attention
 #include <benchmark/benchmark.h>
 
@@ -31,6 +33,11 @@ void BM_Attention(benchmark::State& st, int32_t H, int32_t KVH, int32_t dqk, int
                    pool());
     benchmark::DoNotOptimize(out.data());
   }
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < n_q; ++i)
+    for (int64_t j = 0; j < n_kv; ++j) pairs += kv_visible(qp[i], kp[j], win) ? 1 : 0;
+  st.counters["flops"] = benchmark::Counter(static_cast<double>(pairs) * H * 2 * (dqk + dv),
+                                            benchmark::Counter::kIsIterationInvariantRate);
   st.counters["kv_bytes_per_second"] = benchmark::Counter(
       static_cast<double>((k.size() + v.size()) * 4), benchmark::Counter::kIsIterationInvariantRate,
       benchmark::Counter::kIs1024);
@@ -38,7 +45,11 @@ void BM_Attention(benchmark::State& st, int32_t H, int32_t KVH, int32_t dqk, int
 
 BENCHMARK_CAPTURE(BM_Attention, qwen3_4b_causal, 32, 8, 128, 128, Window{-1, 0})
     ->ArgNames({"n_q", "n_kv"})
-    ->Args({1, 1024})->Args({1, 8192})->Args({16, 1024})->Args({16, 8192})
+    ->Args({1, 1024})->Args({1, 8192})->Args({16, 1024})->Args({16, 8192})->Args({512, 512})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Attention, qwen3_0_6b_causal, 16, 8, 128, 128, Window{-1, 0})
+    ->ArgNames({"n_q", "n_kv"})
+    ->Args({1, 512})->Args({16, 512})->Args({512, 512})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Attention, mimo_swa128, 64, 8, 192, 128, Window{127, 0})
     ->ArgNames({"n_q", "n_kv"})

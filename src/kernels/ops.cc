@@ -231,9 +231,9 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
   ThreadPool& pool = pool_for(pool_in, n_q * p.n_heads * n_kv * (p.d_qk + p.d_v));
   if (cpu_isa() == IsaLevel::kAvx512) {
     thread_local std::vector<float> buf;
-    const int64_t per = cpu::avx512::attention_scratch_floats(p);
+    const int64_t n = cpu::avx512::attention_work_floats(p, n_q, n_kv, pool.n_threads());
     cpu::avx512::attention(q, q_pos, n_q, k, v, k_pos, n_kv, p, out, pool,
-                           scratch(buf, static_cast<size_t>(per * pool.n_threads())));
+                           scratch(buf, static_cast<size_t>(n)));
     return;
   }
   attention_portable(q, q_pos, n_q, k, v, k_pos, n_kv, p, out, pool);

@@ -175,6 +175,39 @@ TEST(Attention, BatchedEqualsOneByOneAndThreadInvariant) {
   }
 }
 
+// Prefill-length query runs take the packed-K/V, query-tiled path; wide GQA groups (more heads
+// per kv head than one tile holds) are split into head chunks. Both must equal the one-query
+// path bit for bit, for every mask, with holes (NaN values) and ring-permuted slots.
+TEST(Attention, LongQueryRunsAndWideGroupsEqualOneByOne) {
+  ThreadPool p1(1), p2(2);
+  const Case cases[] = {{4, 4, 32, 16}, {8, 2, 64, 48}, {66, 1, 16, 16}, {20, 2, 48, 32}};
+  for (IsaLevel isa : test::attention_levels()) {
+    test::IsaScope scope(isa);
+    for (const Case& c : cases)
+      for (Window w : kWindows) {
+        const int64_t n_kv = 90, n_q = 41;
+        Data d = make_data(c, n_q, n_kv, 77, true, true);
+        const AttnParams p = params(c, w, d, true);
+        const int64_t row = c.n_heads * c.d_v;
+        std::vector<float> one(n_q * row), ref_out(n_q * row);
+        for (int64_t i = 0; i < n_q; ++i)
+          ops::attention(d.q.data() + i * c.n_heads * c.d_qk, d.q_pos.data() + i, 1, d.k.data(),
+                         d.v.data(), d.k_pos.data(), n_kv, p, one.data() + i * row, p1);
+        ref::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(),
+                       n_kv, p, ref_out.data());
+        ASSERT_LT(test::nmse(one.data(), ref_out.data(), one.size()), 1e-10);
+        for (ThreadPool* pool : {&p1, &p2}) {
+          std::vector<float> all(n_q * row);
+          ops::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(),
+                         d.k_pos.data(), n_kv, p, all.data(), *pool);
+          ASSERT_EQ(0, std::memcmp(all.data(), one.data(), all.size() * 4))
+              << isa_name(isa) << " heads " << c.n_heads << "/" << c.n_kv_heads << " win "
+              << w.left << "," << w.right << " threads " << pool->n_threads();
+        }
+      }
+  }
+}
+
 TEST(Attention, SinkEqualsZeroValueKey) {
   ThreadPool pool(1);
   const Case c{4, 4, 32, 24};  // no GQA: one extra key per head can carry that head's sink

@@ -1,15 +1,28 @@
-// AVX-512 attention: online softmax in fp32 over key blocks of 16 cache slots.
+// AVX-512 attention: online softmax in fp32 over key blocks of 16 cache slots, tiled over rows.
 //
-// One task = (query, kv head); the `group` query heads that share the kv head are processed
-// together, so each K/V block is brought into L1 once and reused for all of them. Per block:
-//   1. visibility mask of the 16 slots (the rule of kernels/visibility.h); skip if empty;
-//   2. per head: 16 logits (dot products over d_qk, 16 independent accumulators, one transposed
-//      reduction), scaled, invisible lanes = -inf;
-//   3. per head: online softmax update (max, rescale, exp) and acc += p_j · v_j over visible j.
-// Block boundaries are fixed slot multiples of 16, independent of the query and of the other
-// queries in the call, so each query's output is the same for any batch and thread count.
-// Invisible slots (empty, masked) never touch the accumulators (their V may be garbage).
+// A row is one (query, head). A tile is the rows of up to `tile_queries` consecutive queries ×
+// the `group` query heads that share one kv head, so each K/V block is brought into L1 once
+// and used by every row of the tile. Per key block:
+//   1. visibility of the 16 slots for each query of the tile (kernels/visibility.h, vectorized);
+//      a block no row sees is skipped;
+//   2. logits, 4 rows × 4 keys at a time: per (row, key) 16 lanes accumulate q·k over the d_qk
+//      chunks in order, then one transposed reduction per row gives its 16 logits; scaled,
+//      invisible lanes = -inf;
+//   3. per row: online softmax update (max, rescale, exp);
+//   4. acc += p_j · v_j over the row's visible j in slot order, 4 rows × 4 output chunks at a
+//      time (one V load feeds 4 rows; rows that don't see slot j keep acc unchanged).
+// Every row's arithmetic is the same sequence whatever tile, position in the tile, thread or
+// call it lands in, and block boundaries are fixed slot multiples of 16: batch invariant.
+// Invisible slots never touch the accumulators (their V may be garbage).
+//
+// Memory: the cache is [slot][kv head][d], so one head's keys sit n_kv_heads·d floats apart
+// (4 KiB for 8 heads × 128: every key row of a block maps to the same L1 sets, and each lands
+// in its own page). For long query runs (prefill) each kv head's K and V are first copied into
+// contiguous [slot][d] buffers — a pure copy, so results are unchanged — and the tiles read
+// those. Tiles are handed to threads round-robin so causal (triangular) work stays balanced.
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx512.h"
@@ -18,17 +31,20 @@ namespace dfl::cpu::avx512 {
 
 namespace {
 
-constexpr int kKB = 16;
+constexpr int kKB = 16;      // keys per block
+constexpr int kRB = 4;       // rows per register tile
+constexpr int kTileRows = 8; // rows per tile: kTileRows / G queries × G heads (G ≤ kTileRows)
+constexpr int kMaxRows = 64; // wider groups are split into tiles of ≤ kMaxRows heads of one query
 
-inline bool visible(int32_t q, int32_t k, int32_t left, int32_t right) {
-  if (k < 0) return false;
-  if (left >= 0 && q - k > left) return false;
-  if (right >= 0 && k - q > right) return false;
-  return true;
-}
+// One kv head's keys and values: slot j at k + j * ks, v + j * vs.
+struct KvHead {
+  const float* k;
+  const float* v;
+  int64_t ks, vs;
+};
 
 // acc[j] (16 vectors) → one vector whose lane j is Σ acc[j].
-inline __m512 transpose_sum16(__m512* a) {
+inline __m512 transpose_sum16(const __m512* a) {
   __m512 b[8], c[4], d[2];
   for (int i = 0; i < 8; ++i)
     b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
@@ -44,118 +60,263 @@ inline __m512 transpose_sum16(__m512* a) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88), _mm512_shuffle_f32x4(d[0], d[1], 0xdd));
 }
 
-void attend_one(const float* q /*[group, d_qk]*/, int32_t qpos, const float* k, const float* v,
-                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, int32_t kvh,
-                int32_t h0, float* out /*[group, d_v]*/, float* scratch) {
-  const int32_t G = p.n_heads / p.n_kv_heads;
-  const int64_t dq = p.d_qk, dv = p.d_v;
-  const int64_t kstride = static_cast<int64_t>(p.n_kv_heads) * dq;
-  const int64_t vstride = static_cast<int64_t>(p.n_kv_heads) * dv;
-  const int nq_chunks = static_cast<int>((dq + 15) / 16);
-  const int nv_chunks = static_cast<int>((dv + 15) / 16);
-  float* acc = scratch;        // [G, nv_chunks * 16]
-  float* mrun = acc + static_cast<int64_t>(G) * nv_chunks * 16;  // [G]
-  float* lrun = mrun + G;                                        // [G]
-  for (int32_t g = 0; g < G; ++g) {
-    mrun[g] = p.sinks ? p.sinks[h0 + g] : -__builtin_inff();
-    lrun[g] = p.sinks ? 1.0f : 0.0f;
-    for (int c = 0; c < nv_chunks; ++c) _mm512_storeu_ps(acc + (g * nv_chunks + c) * 16, _mm512_setzero_ps());
+// Visibility bits of slots j0 .. j0 + nk - 1 for a query at qpos (the rule of visibility.h).
+inline unsigned block_visibility(const int32_t* k_pos, int nk, int32_t qpos, Window w) {
+  const __mmask16 in = lanes16(nk);
+  const __m512i kp = _mm512_maskz_loadu_epi32(in, k_pos);
+  __mmask16 m = _mm512_mask_cmpge_epi32_mask(in, kp, _mm512_setzero_si512());
+  if (w.left >= 0)  // q - k <= left  ⇔  k >= q - left
+    m = _mm512_mask_cmpge_epi32_mask(m, kp, _mm512_set1_epi32(qpos - w.left));
+  if (w.right >= 0)  // k - q <= right  ⇔  k <= q + right
+    m = _mm512_mask_cmple_epi32_mask(m, kp, _mm512_set1_epi32(qpos + w.right));
+  return m;
+}
+
+// Raw logits of RB rows × 16 keys: dots[r][j] holds the 16 partial lanes of q_r · k_j.
+// Keys past nk re-read the last key (their lanes are masked by the caller).
+template <int RB>
+void qk_partials(const float* const* q, const float* kb, int64_t ks, int nk, int dq,
+                 float* dots /*[RB][16][16]*/) {
+  const int nqc = (dq + 15) / 16;
+  for (int jg = 0; jg < kKB; jg += 4) {
+    const float* kr[4];
+    for (int jj = 0; jj < 4; ++jj) kr[jj] = kb + std::min(jg + jj, nk - 1) * ks;
+    __m512 a[RB][4];
+    for (int r = 0; r < RB; ++r)
+      for (int jj = 0; jj < 4; ++jj) a[r][jj] = _mm512_setzero_ps();
+    for (int c = 0; c < nqc; ++c) {
+      const __mmask16 m = lanes16(dq - c * 16);
+      __m512 kv[4];
+      for (int jj = 0; jj < 4; ++jj) kv[jj] = _mm512_maskz_loadu_ps(m, kr[jj] + c * 16);
+      for (int r = 0; r < RB; ++r) {
+        const __m512 qc = _mm512_maskz_loadu_ps(m, q[r] + c * 16);
+        for (int jj = 0; jj < 4; ++jj) a[r][jj] = _mm512_fmadd_ps(qc, kv[jj], a[r][jj]);
+      }
+    }
+    for (int r = 0; r < RB; ++r)
+      for (int jj = 0; jj < 4; ++jj) _mm512_store_ps(dots + (r * kKB + jg + jj) * 16, a[r][jj]);
+  }
+}
+
+// acc_r += Σ_j p_r[j] · v_j over the slots j of `any` visible to row r (bit j of vis[r]),
+// in ascending j, for RB rows and output chunks [c0, c0 + cn).
+template <int RB>
+void pv_accumulate(float* const* acc, const float* const* p, const unsigned* vis, unsigned any,
+                   const float* vb, int64_t vs, int dv, int c0, int cn) {
+  __m512 r[RB][4];
+  __mmask16 mk[4];
+  for (int c = 0; c < cn; ++c) mk[c] = lanes16(dv - (c0 + c) * 16);
+  for (int i = 0; i < RB; ++i)
+    for (int c = 0; c < cn; ++c) r[i][c] = _mm512_load_ps(acc[i] + (c0 + c) * 16);
+  for (unsigned mm = any; mm; mm &= mm - 1) {
+    const int j = __builtin_ctz(mm);
+    const float* vr = vb + j * vs + c0 * 16;
+    __m512 vv[4];
+    for (int c = 0; c < cn; ++c) vv[c] = _mm512_maskz_loadu_ps(mk[c], vr + c * 16);
+    for (int i = 0; i < RB; ++i) {
+      const __mmask16 use = static_cast<__mmask16>(-static_cast<int>((vis[i] >> j) & 1u));
+      const __m512 pv = _mm512_set1_ps(p[i][j]);
+      for (int c = 0; c < cn; ++c) r[i][c] = _mm512_mask3_fmadd_ps(pv, vv[c], r[i][c], use);
+    }
+  }
+  for (int i = 0; i < RB; ++i)
+    for (int c = 0; c < cn; ++c) _mm512_store_ps(acc[i] + (c0 + c) * 16, r[i][c]);
+}
+
+// Per-thread scratch of one tile of up to `rows` rows.
+struct TileScratch {
+  float* acc;   // [rows][nvc * 16]
+  float* prob;  // [rows][16]
+  float* dots;  // [kRB][16][16]
+  float* mrun;  // [rows]
+  float* lrun;  // [rows]
+};
+
+// Heads per tile (a divisor-free chunk of the group) and queries per tile.
+int64_t tile_heads(const AttnParams& p) {
+  return std::min<int64_t>(p.n_heads / p.n_kv_heads, kMaxRows);
+}
+int64_t tile_queries(const AttnParams& p) {
+  const int64_t G = p.n_heads / p.n_kv_heads;
+  return G >= kTileRows ? 1 : kTileRows / G;
+}
+int64_t tile_rows(const AttnParams& p) { return tile_heads(p) * tile_queries(p); }
+
+int64_t scratch_floats_per_thread(const AttnParams& p) {
+  const int64_t R = tile_rows(p), nvc = (p.d_v + 15) / 16;
+  return R * nvc * 16 + R * 16 + kRB * 256 + 2 * R + 16 /*alignment slack*/;
+}
+
+TileScratch carve(float* base, const AttnParams& p) {
+  const int64_t R = tile_rows(p), nvc = (p.d_v + 15) / 16;
+  float* s = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t(63));
+  TileScratch t;
+  t.dots = s;
+  t.acc = t.dots + kRB * 256;
+  t.prob = t.acc + R * nvc * 16;
+  t.mrun = t.prob + R * 16;
+  t.lrun = t.mrun + R;
+  return t;
+}
+
+// Queries [i0, i0 + nq) × heads [h0, h0 + G) of one kv head; row r = (i0 + r / G, h0 + r % G).
+void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, int32_t h0,
+                 int32_t G, const KvHead& kv, const int32_t* k_pos, int64_t n_kv,
+                 const AttnParams& p, float* out, const TileScratch& t) {
+  const int R = static_cast<int>(nq * G);  // ≤ kMaxRows (tile_rows)
+  const int dq = p.d_qk, dv = p.d_v;
+  const int nvc = (dv + 15) / 16;
+  const float* qrow[kMaxRows];
+  float* acc_row[kMaxRows];
+  float* prob_row[kMaxRows];
+  for (int r = 0; r < R; ++r) {
+    const int64_t i = i0 + r / G;
+    const int32_t h = h0 + r % G;
+    qrow[r] = q + (i * p.n_heads + h) * dq;
+    acc_row[r] = t.acc + static_cast<int64_t>(r) * nvc * 16;
+    prob_row[r] = t.prob + r * 16;
+    t.mrun[r] = p.sinks ? p.sinks[h] : -__builtin_inff();
+    t.lrun[r] = p.sinks ? 1.0f : 0.0f;
+    for (int c = 0; c < nvc; ++c) _mm512_store_ps(acc_row[r] + c * 16, _mm512_setzero_ps());
   }
   const __m512 vscale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  unsigned vis[kMaxRows];
   for (int64_t j0 = 0; j0 < n_kv; j0 += kKB) {
-    const int nk = static_cast<int>(n_kv - j0 < kKB ? n_kv - j0 : kKB);
-    unsigned vis = 0;
-    for (int j = 0; j < nk; ++j)
-      if (visible(qpos, k_pos[j0 + j], p.window.left, p.window.right)) vis |= 1u << j;
-    if (!vis) continue;
-    const float* kb = k + j0 * kstride + kvh * dq;
-    const float* vb = v + j0 * vstride + kvh * dv;
-    for (int32_t g = 0; g < G; ++g) {
-      const float* qg = q + g * dq;
-      __m512 a[kKB];
-      for (int j = 0; j < kKB; ++j) a[j] = _mm512_setzero_ps();
-      for (int c = 0; c < nq_chunks; ++c) {
-        const __mmask16 m = lanes16(dq - c * 16);
-        const __m512 qc = _mm512_maskz_loadu_ps(m, qg + c * 16);
-        // Rows past the end of the cache re-read the last row (their lanes are masked anyway),
-        // so the loop has a constant trip count and the 16 accumulators stay in registers.
-        for (int j = 0; j < kKB; ++j) {
-          const int64_t jj = j < nk ? j : nk - 1;
-          a[j] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(m, kb + jj * kstride + c * 16), a[j]);
-        }
+    const int nk = static_cast<int>(std::min<int64_t>(kKB, n_kv - j0));
+    unsigned any = 0;
+    for (int64_t qi = 0; qi < nq; ++qi) {
+      const unsigned vq = block_visibility(k_pos + j0, nk, q_pos[i0 + qi], p.window);
+      for (int g = 0; g < G; ++g) vis[qi * G + g] = vq;
+      any |= vq;
+    }
+    if (!any) continue;
+    const float* kb = kv.k + j0 * kv.ks;
+    const float* vb = kv.v + j0 * kv.vs;
+    // Logits and softmax, kRB rows at a time.
+    for (int r0 = 0; r0 < R; r0 += kRB) {
+      const int rb = std::min(kRB, R - r0);
+      switch (rb) {
+        case 1: qk_partials<1>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        case 2: qk_partials<2>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        case 3: qk_partials<3>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        default: qk_partials<4>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
       }
-      const __mmask16 vm = static_cast<__mmask16>(vis);
-      const __m512 s = _mm512_mask_blend_ps(vm, neg_inf, _mm512_mul_ps(transpose_sum16(a), vscale));
-      const float bmax = _mm512_reduce_max_ps(s);
-      const float m_old = mrun[g];
-      const float m_new = bmax > m_old ? bmax : m_old;
-      const __m512 pr = _mm512_maskz_mov_ps(vm, exp16(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
-      float* ag = acc + g * nv_chunks * 16;
-      if (m_new != m_old) {
-        const float corr = m_old == -__builtin_inff() ? 0.0f : __builtin_expf(m_old - m_new);
-        lrun[g] *= corr;
-        const __m512 cv = _mm512_set1_ps(corr);
-        for (int c = 0; c < nv_chunks; ++c)
-          _mm512_storeu_ps(ag + c * 16, _mm512_mul_ps(_mm512_loadu_ps(ag + c * 16), cv));
-        mrun[g] = m_new;
+      for (int i = 0; i < rb; ++i) {
+        const int r = r0 + i;
+        if (!vis[r]) continue;
+        __m512 a[kKB];
+        for (int j = 0; j < kKB; ++j) a[j] = _mm512_load_ps(t.dots + (i * kKB + j) * 16);
+        const __mmask16 vm = static_cast<__mmask16>(vis[r]);
+        const __m512 s = _mm512_mask_blend_ps(vm, neg_inf, _mm512_mul_ps(transpose_sum16(a), vscale));
+        const float bmax = _mm512_reduce_max_ps(s);
+        const float m_old = t.mrun[r];
+        const float m_new = bmax > m_old ? bmax : m_old;
+        const __m512 pr = _mm512_maskz_mov_ps(vm, exp16(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
+        if (m_new != m_old) {
+          const float corr = m_old == -__builtin_inff() ? 0.0f : __builtin_expf(m_old - m_new);
+          t.lrun[r] *= corr;
+          const __m512 cv = _mm512_set1_ps(corr);
+          for (int c = 0; c < nvc; ++c)
+            _mm512_store_ps(acc_row[r] + c * 16, _mm512_mul_ps(_mm512_load_ps(acc_row[r] + c * 16), cv));
+          t.mrun[r] = m_new;
+        }
+        t.lrun[r] += _mm512_reduce_add_ps(pr);
+        _mm512_store_ps(prob_row[r], pr);
       }
-      lrun[g] += _mm512_reduce_add_ps(pr);
-      alignas(64) float pj[kKB];
-      _mm512_store_ps(pj, pr);
-      // acc += Σ_j p_j v_j, four output chunks at a time (independent FMA chains).
-      for (int c0 = 0; c0 < nv_chunks; c0 += 4) {
-        const int cn = nv_chunks - c0 < 4 ? nv_chunks - c0 : 4;
-        __m512 r[4];
-        __mmask16 mk[4];
-        for (int c = 0; c < cn; ++c) {
-          mk[c] = lanes16(dv - (c0 + c) * 16);
-          r[c] = _mm512_loadu_ps(ag + (c0 + c) * 16);
+    }
+    // acc += P · V, kRB rows × 4 output chunks at a time.
+    for (int r0 = 0; r0 < R; r0 += kRB) {
+      const int rb = std::min(kRB, R - r0);
+      unsigned any_rows = 0;
+      for (int i = 0; i < rb; ++i) any_rows |= vis[r0 + i];
+      if (!any_rows) continue;
+      for (int c0 = 0; c0 < nvc; c0 += 4) {
+        const int cn = std::min(4, nvc - c0);
+        switch (rb) {
+          case 1: pv_accumulate<1>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
+          case 2: pv_accumulate<2>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
+          case 3: pv_accumulate<3>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
+          default: pv_accumulate<4>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
         }
-        for (unsigned mm = vis; mm; mm &= mm - 1) {
-          const int j = __builtin_ctz(mm);
-          const __m512 pv = _mm512_set1_ps(pj[j]);
-          const float* vr = vb + j * vstride + c0 * 16;
-          for (int c = 0; c < cn; ++c)
-            r[c] = _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(mk[c], vr + c * 16), r[c]);
-        }
-        for (int c = 0; c < cn; ++c) _mm512_storeu_ps(ag + (c0 + c) * 16, r[c]);
       }
     }
   }
-  for (int32_t g = 0; g < G; ++g) {
-    const float inv = lrun[g] > 0.0f ? 1.0f / lrun[g] : 0.0f;
+  for (int r = 0; r < R; ++r) {
+    const int64_t i = i0 + r / G;
+    const int32_t h = h0 + r % G;
+    const float inv = t.lrun[r] > 0.0f ? 1.0f / t.lrun[r] : 0.0f;
     const __m512 iv = _mm512_set1_ps(inv);
-    for (int c = 0; c < nv_chunks; ++c) {
-      const __mmask16 m = lanes16(dv - c * 16);
-      _mm512_mask_storeu_ps(out + g * dv + c * 16, m,
-                            _mm512_mul_ps(_mm512_loadu_ps(acc + (g * nv_chunks + c) * 16), iv));
-    }
+    float* o = out + (i * p.n_heads + h) * dv;
+    for (int c = 0; c < nvc; ++c)
+      _mm512_mask_storeu_ps(o + c * 16, lanes16(dv - c * 16),
+                            _mm512_mul_ps(_mm512_load_ps(acc_row[r] + c * 16), iv));
   }
+}
+
+// Copies rows [b, e) of one kv head into contiguous [slot][d] buffers.
+void pack_head(const float* k, const float* v, int64_t b, int64_t e, const AttnParams& p,
+               int32_t kvh, float* kp, float* vp) {
+  const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
+  const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
+  for (int64_t j = b; j < e; ++j) {
+    std::copy_n(k + j * ks + kvh * p.d_qk, p.d_qk, kp + j * p.d_qk);
+    std::copy_n(v + j * vs + kvh * p.d_v, p.d_v, vp + j * p.d_v);
+  }
+}
+
+// Long query runs copy each kv head into contiguous buffers first (see the top of the file).
+bool use_packed_kv(const AttnParams& p, int64_t n_q, int64_t n_kv) {
+  return n_q * (p.n_heads / p.n_kv_heads) >= 4 * kTileRows && n_kv >= 64;
 }
 
 }  // namespace
 
-int64_t attention_scratch_floats(const AttnParams& p) {
-  const int64_t G = p.n_heads / p.n_kv_heads;
-  return G * ((p.d_v + 15) / 16 * 16) + 2 * G + 16;
+int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, int n_threads) {
+  const bool pack = use_packed_kv(p, n_q, n_kv);
+  return scratch_floats_per_thread(p) * n_threads + (pack ? n_kv * (p.d_qk + p.d_v) : 0);
 }
 
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
-               ThreadPool& pool, float* scratch) {
+               ThreadPool& pool, float* work) {
   const int32_t G = p.n_heads / p.n_kv_heads;
-  const int64_t per_thread = attention_scratch_floats(p);
-  pool.parallel_for(n_q * p.n_kv_heads, [&](int64_t b, int64_t e, int tid) {
-    float* s = scratch + tid * per_thread;
-    for (int64_t t = b; t < e; ++t) {
-      const int64_t i = t / p.n_kv_heads;
-      const int32_t kvh = static_cast<int32_t>(t % p.n_kv_heads);
-      const int32_t h0 = kvh * G;
-      attend_one(q + (i * p.n_heads + h0) * p.d_qk, q_pos[i], k, v, k_pos, n_kv, p, kvh, h0,
-                 out + (i * p.n_heads + h0) * p.d_v, s);
-    }
-  });
+  const int64_t per_thread = scratch_floats_per_thread(p);
+  const int64_t tq = tile_queries(p), th = tile_heads(p);
+  const int64_t n_qtiles = (n_q + tq - 1) / tq, n_htiles = (G + th - 1) / th;
+  const int nt = pool.n_threads();
+  // Runs (query tile, head chunk, kv head) tasks for kv heads [h_begin, h_end), dealt
+  // round-robin over the threads (query-tile-major: causal work stays balanced).
+  auto run_tiles = [&](int32_t h_begin, int32_t h_end, auto head_view) {
+    const int64_t n_heads = h_end - h_begin;
+    const int64_t n_tasks = n_qtiles * n_htiles * n_heads;
+    pool.run_on_all([&](int tid) {
+      const TileScratch ts = carve(work + tid * per_thread, p);
+      for (int64_t task = tid; task < n_tasks; task += nt) {
+        const int64_t qt = task / (n_htiles * n_heads);
+        const int64_t ht = task / n_heads % n_htiles;
+        const int32_t kvh = h_begin + static_cast<int32_t>(task % n_heads);
+        const int64_t i0 = qt * tq, nq = std::min(tq, n_q - i0);
+        const int32_t g0 = static_cast<int32_t>(ht * th);
+        const int32_t gn = static_cast<int32_t>(std::min<int64_t>(th, G - g0));
+        attend_tile(q, q_pos, i0, nq, kvh * G + g0, gn, head_view(kvh), k_pos, n_kv, p, out, ts);
+      }
+    });
+  };
+  if (!use_packed_kv(p, n_q, n_kv)) {
+    const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
+    const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
+    run_tiles(0, p.n_kv_heads, [&](int32_t kvh) {
+      return KvHead{k + kvh * p.d_qk, v + kvh * p.d_v, ks, vs};
+    });
+    return;
+  }
+  float* kp = work + per_thread * nt;
+  float* vp = kp + n_kv * p.d_qk;
+  for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
+    pool.parallel_for(n_kv, [&](int64_t b, int64_t e, int) { pack_head(k, v, b, e, p, kvh, kp, vp); }, 64);
+    run_tiles(kvh, kvh + 1, [&](int32_t) { return KvHead{kp, vp, p.d_qk, p.d_v}; });
+  }
 }
 
 }  // namespace dfl::cpu::avx512

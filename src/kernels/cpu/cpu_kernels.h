@@ -33,11 +33,12 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, int32_t* c);
-// scratch: pool.n_threads() * attention_scratch_floats(p) floats.
-int64_t attention_scratch_floats(const AttnParams& p);
+// work: attention_work_floats(p, n_q, n_kv, pool.n_threads()) floats (per-thread tile scratch
+// and, for long query runs, one kv head's K/V copied contiguous).
+int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, int n_threads);
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
-               ThreadPool& pool, float* scratch);
+               ThreadPool& pool, float* work);
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
                   float eps, float* y);
