@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -223,12 +225,26 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
   rope_neox_portable(x, n_rows, row_stride, n_heads, head_dim, n_rot, cos, sin);
 }
 
+namespace {
+bool g_bf16_prefill_attention = [] {
+  const char* s = std::getenv("DFL_PREFILL_ATTN");
+  return !(s && std::string(s) == "fp32");
+}();
+}  // namespace
+
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
                ThreadPool& pool_in) {
   DFL_ASSERT(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0);
   if (n_q <= 0) return;
   ThreadPool& pool = pool_for(pool_in, n_q * p.n_heads * n_kv * (p.d_qk + p.d_v));
+  if (n_q >= kAmxAttentionMinQueries && bf16_prefill_attention() && amx_usable()) {
+    thread_local std::vector<float> buf;
+    const int64_t n = cpu::amx::attention_work_floats(p, n_kv, pool.n_threads());
+    cpu::amx::attention(q, q_pos, n_q, k, v, k_pos, n_kv, p, out, pool,
+                        scratch(buf, static_cast<size_t>(n)));
+    return;
+  }
   if (cpu_isa() == IsaLevel::kAvx512) {
     thread_local std::vector<float> buf;
     const int64_t n = cpu::avx512::attention_work_floats(p, n_q, n_kv, pool.n_threads());
@@ -249,6 +265,9 @@ int64_t argmax(const float* x, int64_t n) {
 }  // namespace dfl::ops
 
 namespace dfl {
+
+void set_bf16_prefill_attention(bool on) { ops::g_bf16_prefill_attention = on; }
+bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }
 
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
   PackedWeight p;

@@ -34,26 +34,34 @@ struct WeightMatrix {
 };
 
 // Layouts a WeightMatrix can carry besides its plain dtype.
-//   kPackedQ8: int8 weights made at load time by quantize_q8(). dtype = kI8 (marker), and
-//     data:  uint8 [n_out, n_blocks * kQ8Block], stored value u = q + 128 with q in [-127, 127]
-//            (K zero-padded up to whole blocks: u = 128), n_blocks = ceil(n_in / kQ8Block)
-//     scale: fp32 [n_out, n_blocks], weight ≈ (u - 128) * scale;  scale_block_in = kQ8Block,
-//            scale_block_out = 1
-//   The matmul quantizes each activation row per block of kQ8Block to int8 (absmax / 127) and
-//   computes the integer block dot products exactly (AVX-512 VNNI vpdpbusd), then sums
-//   block_dot * x_scale * w_scale in fp32. About 1.06 bytes per weight (bf16: 2).
+//   kPackedQ8: int8 weights made at load time by quantize_q8(). dtype = kI8 (marker). Per
+//     output row, per block of kQ8Block = 64 inputs: int8 q in [-127, 127] and an fp32 scale
+//     (absmax / 127), weight ≈ q * scale; stored as u = q + 128. Rows are grouped in tiles of
+//     kQ8TileN = 16 (the tile and VNNI layout of AMX-INT8 / vpdpbusd: one 1 KiB tile holds one
+//     64-block of 16 rows, 4 consecutive k of one row per 32-bit lane), n_tiles = ceil(n_out/16),
+//     n_blocks = ceil(n_in / 64); rows and columns past the matrix are padding (u = 128, scale 0):
+//     data:  uint8 [n_tiles][n_blocks][16 (k / 4)][16 (n)][4 (k % 4)]
+//            element (n, k) at ((n/16 * n_blocks + k/64) * 16 + k%64/4) * 64 + n%16 * 4 + k%4
+//     scale: fp32 [n_tiles][n_blocks][16 (n)]:  scale of (n, block b) at (n/16 * n_blocks + b) * 16 + n%16
+//     scale_block_in = kQ8Block, scale_block_out = 1. A thread streams one contiguous region.
+//   The matmul quantizes each activation row per block of 64 to int8 (absmax / 127, RNE), computes
+//   each (row, output, block) integer dot product exactly (int32) and accumulates in fp32, block
+//   by block in k order:  acc = acc + float(dot) * (x_scale * w_scale)  (a product, then a sum;
+//   no fma), so every ISA level (AVX-512 VNNI, portable) gives the same bits. About 1.06 bytes
+//   per weight (bf16: 2).
 //   kPackedAmxBf16: BF16 weights re-laid out for AMX tiles by prepack_weight(). dtype = kBF16,
 //     `data` still points at the original [n_out, n_in] (used when AMX is off), `packed` at
 //     bf16 [ceil(n_out/16)][ceil(n_in/32)][16 k-pairs][16 n][2], zero-padded.
 enum PackedFormat : int32_t { kPackedNone = 0, kPackedQ8 = 1, kPackedAmxBf16 = 2 };
 constexpr int64_t kQ8Block = 64;
+constexpr int64_t kQ8TileN = 16;
 
 // Owning Q8 weight (the engine keeps it alive as long as the WeightMatrix from matrix() is used;
 // moving it keeps the pointers valid).
 struct QuantizedQ8 {
   int64_t n_out = 0, n_in = 0, n_blocks = 0;
-  std::vector<uint8_t> q;  // [n_out, n_blocks * kQ8Block]
-  std::vector<float> d;    // [n_out, n_blocks]
+  std::vector<uint8_t> q;  // [n_tiles][n_blocks][16][16][4] (kPackedQ8 layout above)
+  std::vector<float> d;    // [n_tiles][n_blocks][16]
   WeightMatrix matrix() const;
   size_t bytes() const { return q.size() + d.size() * sizeof(float); }
 };
@@ -62,6 +70,14 @@ struct QuantizedQ8 {
 // block of kQ8Block inputs, scale = absmax / 127, q = round-to-nearest-even(w / scale).
 // Deterministic; `pool` (optional) only parallelizes.
 QuantizedQ8 quantize_q8(const WeightMatrix& src, ThreadPool* pool = nullptr);
+
+// Query runs at least this long use the AMX bf16 attention where AMX is usable (see attention).
+constexpr int64_t kAmxAttentionMinQueries = 64;
+// Turns that bf16 prefill attention off (every call then takes the fp32, batch-invariant path)
+// or back on. Default on, unless the environment has DFL_PREFILL_ATTN=fp32. Not thread-safe
+// against running kernels (set it before a run, as tests do).
+void set_bf16_prefill_attention(bool on);
+bool bf16_prefill_attention();
 
 struct AttnParams {
   int32_t n_heads = 0;
@@ -129,6 +145,14 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
 //   out:   [n_q, n_heads, d_v]
 // Keys are visited in slot order; a query with no visible key and no sink gets zeros.
 // Sinks add exp(s_h) to the softmax denominator with no value.
+// Precision and batch invariance: calls with n_q < kAmxAttentionMinQueries (decode, verify and
+// drafter blocks) compute in fp32 and are batch invariant with each other (a row's result is
+// bit-identical for any n_q below the threshold, any thread count). Longer query runs (prompt
+// prefill) on machines with AMX take bf16 tiles: Q, K, V and the softmax probabilities are
+// rounded to bf16, sums and the softmax stay fp32 (relative error ~1e-3, like bf16 inference
+// engines); those rows are invariant among themselves but not bit-identical to the fp32 path.
+// Lossless speculative decoding is unaffected: target-only and speculative runs prefill the
+// same prompt with the same call, and verify blocks are far below the threshold.
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
                ThreadPool& pool);

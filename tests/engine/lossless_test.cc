@@ -105,15 +105,20 @@ class ScriptedProposer final : public Proposer {
   double p_perfect_;
 };
 
-// Taps of a plain forward over prompt + output[:-1] (the committed sequence), [len, row].
+// Taps of the committed sequence prompt + output[:-1] as target-only generation computes them
+// (the prompt in one forward, then one token per forward), [len, row]. One forward over the
+// whole sequence would be the same in fp32, but a long run may take the bf16 prefill attention
+// (ops.h), which target-only decoding never uses past the prompt.
 std::vector<float> reference_taps(CausalLM& target, const std::vector<int32_t>& prompt,
                                   const std::vector<int32_t>& out, const std::vector<int32_t>& aux) {
-  std::vector<int32_t> seq = prompt;
-  if (!out.empty()) seq.insert(seq.end(), out.begin(), out.end() - 1);
   target.kv().clear(0);
-  ForwardOut o = test::run_forward(target, seq, LogitsMode::kNone, &aux);
+  std::vector<float> taps = test::run_forward(target, prompt, LogitsMode::kNone, &aux).aux;
+  for (size_t i = 0; i + 1 < out.size(); ++i) {
+    const std::vector<float> t = test::run_forward(target, {out[i]}, LogitsMode::kNone, &aux).aux;
+    taps.insert(taps.end(), t.begin(), t.end());
+  }
   target.kv().clear(0);
-  return o.aux;
+  return taps;
 }
 
 // Statistics invariants of one speculative run (no stop ids / callback: ends by max_tokens).

@@ -5,10 +5,13 @@
 // with a different summation order, so we expect ~1e-6..1e-5). `greedy_ids` exact.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <algorithm>
 #include <cstdio>
 
 #include "common/golden.h"
 #include "common/models.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -87,7 +90,13 @@ TEST_P(Qwen3Golden, PromptForwardMatchesTransformers) {
 // The batched forward over prompt + greedy[:-1] predicts the same tokens, and its rows are
 // bit-identical to the incremental (cached) decode: the lossless claim of the engine rests on
 // batch invariance of the whole forward.
+// fp32 attention everywhere (the bf16 prefill attention of long runs off, see ops.h): a batch of
+// rows equals the same rows computed one token at a time, bit for bit.
 TEST_P(Qwen3Golden, BatchedEqualsIncrementalBitwise) {
+  struct Fp32Attention {
+    Fp32Attention() { set_bf16_prefill_attention(false); }
+    ~Fp32Attention() { set_bf16_prefill_attention(true); }
+  } fp32_attention;
   const std::string dir = test::fixture("qwen3/" + GetParam());
   Golden g(dir + "/golden.safetensors");
   auto pool = test::make_pool();
@@ -112,6 +121,36 @@ TEST_P(Qwen3Golden, BatchedEqualsIncrementalBitwise) {
     ASSERT_EQ(0, std::memcmp(step.logits.data(), all.logits.data() + p * V, sizeof(float) * V))
         << "position " << p;
   }
+}
+
+// The default path: a run of >= kAmxAttentionMinQueries rows takes the bf16 prefill attention
+// where AMX is usable. Its logits stay within bf16 rounding of the fp32 incremental ones and the
+// greedy picks are unchanged. (gqa4_yarn: the fixture whose prompt + continuation is that long.)
+TEST(Qwen3GoldenPrefill, Bf16AttentionCloseToFp32) {
+  const std::string name = "gqa4_yarn";
+  const std::string dir = test::fixture("qwen3/" + name);
+  Golden g(dir + "/golden.safetensors");
+  auto pool = test::make_pool();
+  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
+  const int32_t V = model->config().vocab_size;
+  auto seq = g.i32("prompt_ids");
+  const auto greedy = g.i32("greedy_ids");
+  seq.insert(seq.end(), greedy.begin(), greedy.end() - 1);
+  ASSERT_GE(static_cast<int64_t>(seq.size()), kAmxAttentionMinQueries);
+  if (!amx_usable()) GTEST_SKIP() << "no AMX on this machine: the fp32 path is the only one";
+  ForwardOut fast = test::run_forward(*model, seq, LogitsMode::kAll);
+  model->kv().clear(0);
+  set_bf16_prefill_attention(false);
+  ForwardOut exact = test::run_forward(*model, seq, LogitsMode::kAll);
+  set_bf16_prefill_attention(true);
+  float scale = 0;
+  for (float x : exact.logits) scale = std::max(scale, std::fabs(x));
+  const double err = test::max_abs_diff(fast.logits.data(), exact.logits.data(), exact.logits.size());
+  std::printf("%s: bf16 prefill attention, max |logit diff| %.3g (max |logit| %.3g)\n",
+              name.c_str(), err, scale);
+  EXPECT_LT(err, 2e-2 * scale);
+  const size_t n = seq.size() - greedy.size() + 1;
+  EXPECT_EQ(test::argmax_rows(fast.logits.data() + (n - 1) * V, greedy.size(), V), greedy);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3Golden,

@@ -22,7 +22,7 @@
 // those. Tiles are handed to threads round-robin so causal (triangular) work stays balanced.
 #include <immintrin.h>
 
-#include <algorithm>
+#include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx512.h"
@@ -30,6 +30,9 @@
 namespace dfl::cpu::avx512 {
 
 namespace {
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
 constexpr int kKB = 16;      // keys per block
 constexpr int kRB = 4;       // rows per register tile
@@ -80,7 +83,7 @@ void qk_partials(const float* const* q, const float* kb, int64_t ks, int nk, int
   const int nqc = (dq + 15) / 16;
   for (int jg = 0; jg < kKB; jg += 4) {
     const float* kr[4];
-    for (int jj = 0; jj < 4; ++jj) kr[jj] = kb + std::min(jg + jj, nk - 1) * ks;
+    for (int jj = 0; jj < 4; ++jj) kr[jj] = kb + imin(jg + jj, nk - 1) * ks;
     __m512 a[RB][4];
     for (int r = 0; r < RB; ++r)
       for (int jj = 0; jj < 4; ++jj) a[r][jj] = _mm512_setzero_ps();
@@ -134,7 +137,7 @@ struct TileScratch {
 
 // Heads per tile (a divisor-free chunk of the group) and queries per tile.
 int64_t tile_heads(const AttnParams& p) {
-  return std::min<int64_t>(p.n_heads / p.n_kv_heads, kMaxRows);
+  return imin(p.n_heads / p.n_kv_heads, kMaxRows);
 }
 int64_t tile_queries(const AttnParams& p) {
   const int64_t G = p.n_heads / p.n_kv_heads;
@@ -183,7 +186,7 @@ void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   unsigned vis[kMaxRows];
   for (int64_t j0 = 0; j0 < n_kv; j0 += kKB) {
-    const int nk = static_cast<int>(std::min<int64_t>(kKB, n_kv - j0));
+    const int nk = static_cast<int>(imin(kKB, n_kv - j0));
     unsigned any = 0;
     for (int64_t qi = 0; qi < nq; ++qi) {
       const unsigned vq = block_visibility(k_pos + j0, nk, q_pos[i0 + qi], p.window);
@@ -195,7 +198,7 @@ void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
     const float* vb = kv.v + j0 * kv.vs;
     // Logits and softmax, kRB rows at a time.
     for (int r0 = 0; r0 < R; r0 += kRB) {
-      const int rb = std::min(kRB, R - r0);
+      const int rb = static_cast<int>(imin(kRB, R - r0));
       switch (rb) {
         case 1: qk_partials<1>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
         case 2: qk_partials<2>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
@@ -227,12 +230,12 @@ void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
     }
     // acc += P · V, kRB rows × 4 output chunks at a time.
     for (int r0 = 0; r0 < R; r0 += kRB) {
-      const int rb = std::min(kRB, R - r0);
+      const int rb = static_cast<int>(imin(kRB, R - r0));
       unsigned any_rows = 0;
       for (int i = 0; i < rb; ++i) any_rows |= vis[r0 + i];
       if (!any_rows) continue;
       for (int c0 = 0; c0 < nvc; c0 += 4) {
-        const int cn = std::min(4, nvc - c0);
+        const int cn = static_cast<int>(imin(4, nvc - c0));
         switch (rb) {
           case 1: pv_accumulate<1>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
           case 2: pv_accumulate<2>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
@@ -260,8 +263,8 @@ void pack_head(const float* k, const float* v, int64_t b, int64_t e, const AttnP
   const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
   const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
   for (int64_t j = b; j < e; ++j) {
-    std::copy_n(k + j * ks + kvh * p.d_qk, p.d_qk, kp + j * p.d_qk);
-    std::copy_n(v + j * vs + kvh * p.d_v, p.d_v, vp + j * p.d_v);
+    std::memcpy(kp + j * p.d_qk, k + j * ks + kvh * p.d_qk, sizeof(float) * p.d_qk);
+    std::memcpy(vp + j * p.d_v, v + j * vs + kvh * p.d_v, sizeof(float) * p.d_v);
   }
 }
 
@@ -296,9 +299,9 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
         const int64_t qt = task / (n_htiles * n_heads);
         const int64_t ht = task / n_heads % n_htiles;
         const int32_t kvh = h_begin + static_cast<int32_t>(task % n_heads);
-        const int64_t i0 = qt * tq, nq = std::min(tq, n_q - i0);
+        const int64_t i0 = qt * tq, nq = imin(tq, n_q - i0);
         const int32_t g0 = static_cast<int32_t>(ht * th);
-        const int32_t gn = static_cast<int32_t>(std::min<int64_t>(th, G - g0));
+        const int32_t gn = static_cast<int32_t>(imin(th, G - g0));
         attend_tile(q, q_pos, i0, nq, kvh * G + g0, gn, head_view(kvh), k_pos, n_kv, p, out, ts);
       }
     });

@@ -16,8 +16,8 @@
 namespace dfl::cpu {
 
 // Activations quantized for the Q8 kernels (see ops.h Q8 format): per row, per block of
-// kQ8Block: int8 values, fp32 scale, and the offset correction c = -8 * sum(xq) (the weights
-// are stored as u8 = q + 128; vpdpbusd's 16 lanes each add c, i.e. -128 * sum(xq) in all).
+// kQ8Block: int8 values, fp32 scale, and the offset correction c = -128 * sum(xq) (the weights
+// are stored as u8 = q + 128; c is the start value of each output's int32 block dot product).
 struct Q8Act {
   const int8_t* q = nullptr;  // [n_rows, n_blocks * kQ8Block]
   const float* d = nullptr;   // [n_rows, n_blocks]
@@ -55,6 +55,12 @@ void pack_bf16(const WeightMatrix& w, uint16_t* dst, int64_t t_begin, int64_t t_
 // Only call when amx_usable().
 void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                  uint16_t* xb);
+// Attention of long query runs (ops.h: n_q >= kAmxAttentionMinQueries) with bf16 tiles.
+// work: attention_work_floats(p, n_kv, pool.n_threads()) floats. Only call when amx_usable().
+int64_t attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads);
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
+               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
+               ThreadPool& pool, float* work);
 }  // namespace amx
 
 namespace avx2 {

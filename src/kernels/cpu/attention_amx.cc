@@ -1,0 +1,284 @@
+// AMX-BF16 attention for long query runs (prefill): ops.h `attention`, n_q ≥ kAmxAttentionMinQueries.
+//
+// Per kv head, K and V are first packed into AMX tiles (bf16, round-to-nearest-even; empty
+// slots packed as zeros so their garbage never reaches a product):
+//   K: per block of 16 slots and chunk of 32 dims, a tile [16 dim-pairs][16 slots][2]
+//   V: per block of 32 slots and chunk of 16 value dims, a tile [16 slot-pairs][16 dims][2]
+// A task is 16 consecutive queries of one query head. For each block of 32 slots that any of
+// its queries sees (the rule of kernels/visibility.h, vectorized):
+//   S[16×32] = Q·Kᵀ      two fp32 accumulator tiles, tdpbf16ps over the d_qk chunks;
+//   softmax   per row in fp32 (AVX-512): scale, mask invisible slots to -inf, running max m
+//             and denominator l (sinks start them at (s_h, 1)), p = exp(s - m) rounded to bf16;
+//   O ← O·corr + P·V     one tdpbf16ps per 16 value dims, the rescale in fp32 (AVX-512).
+// Out = O / l. Every row's arithmetic depends only on that row (a block a row does not see
+// leaves its state exactly unchanged), so results do not depend on the thread count or on how
+// rows are grouped; they differ from the fp32 one-query path by the bf16 rounding of Q, K, P
+// and V (~3 significant digits per product, fp32 sums) — the documented price of prefill speed.
+#include <immintrin.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx512.h"
+
+namespace dfl::cpu::amx {
+
+namespace {
+
+using avx512::exp16;
+using avx512::lanes16;
+
+constexpr int kQT = 16;           // query rows per task
+constexpr int kKT = 32;           // slots per key block
+constexpr int64_t kTile = 16 * 32;  // bf16 elements of one tile (1 KiB)
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+void configure_tiles() {
+  TileConfig c{};
+  c.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = 16;
+    c.colsb[t] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+struct Shape {
+  int64_t n_kv, n_kb;  // slots, blocks of 32 slots
+  int64_t dcp;         // 32-wide chunks of d_qk
+  int64_t nvc;         // 16-wide chunks of d_v
+  int64_t k_tiles() const { return n_kb * 2 * dcp; }
+  int64_t v_tiles() const { return n_kb * nvc; }
+};
+
+Shape shape_of(const AttnParams& p, int64_t n_kv) {
+  Shape s;
+  s.n_kv = n_kv;
+  s.n_kb = (n_kv + kKT - 1) / kKT;
+  s.dcp = (p.d_qk + 31) / 32;
+  s.nvc = (p.d_v + 15) / 16;
+  return s;
+}
+
+// Per-thread scratch (floats): Q bf16 [16][dcp*32], O [16][nvc*16], S [16][32], P bf16 [16][32],
+// T [16][16], m, l, corr [16] each, + alignment.
+int64_t task_scratch_floats(const Shape& s) {
+  return 16 * s.dcp * 16 + 16 * s.nvc * 16 + 16 * 32 + 16 * 16 + 16 * 16 + 3 * 16 + 16;
+}
+
+inline bool slot_used(const int32_t* k_pos, int64_t n_kv, int64_t j) {
+  return j < n_kv && k_pos[j] >= 0;
+}
+
+// Packs key blocks [b, e) of kv head kvh.
+void pack_kv(const float* k, const float* v, const int32_t* k_pos, const AttnParams& p,
+             const Shape& s, int32_t kvh, int64_t b, int64_t e, uint16_t* kp, uint16_t* vp) {
+  const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
+  const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
+  alignas(64) uint32_t rows[16][16];
+  for (int64_t kb = b; kb < e; ++kb) {
+    // K: tile (kb, half, dc)[pair][slot] = (K[slot][2 pair], K[slot][2 pair + 1]).
+    for (int h = 0; h < 2; ++h)
+      for (int64_t dc = 0; dc < s.dcp; ++dc) {
+        for (int j = 0; j < 16; ++j) {
+          const int64_t slot = kb * kKT + h * 16 + j;
+          __m512i packed = _mm512_setzero_si512();
+          if (slot_used(k_pos, s.n_kv, slot)) {
+            const float* kr = k + slot * ks + kvh * p.d_qk + dc * 32;
+            const long left = p.d_qk - dc * 32;
+            const __m512 lo = _mm512_maskz_loadu_ps(lanes16(left), kr);
+            const __m512 hi = _mm512_maskz_loadu_ps(lanes16(left - 16), kr + 16);
+            packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+          }
+          _mm512_store_si512(rows[j], packed);
+        }
+        uint32_t* tile = reinterpret_cast<uint32_t*>(kp + ((kb * 2 + h) * s.dcp + dc) * kTile);
+        for (int pr = 0; pr < 16; ++pr)
+          for (int j = 0; j < 16; ++j) tile[pr * 16 + j] = rows[j][pr];
+      }
+    // V: tile (kb, vc)[pair][dim] = (V[2 pair][dim], V[2 pair + 1][dim]).
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                                24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
+                                                17, 1, 16, 0);
+    for (int64_t vc = 0; vc < s.nvc; ++vc) {
+      uint16_t* tile = vp + (kb * s.nvc + vc) * kTile;
+      const __mmask16 m = lanes16(p.d_v - vc * 16);
+      for (int pr = 0; pr < 16; ++pr) {
+        const int64_t s0 = kb * kKT + 2 * pr, s1 = s0 + 1;
+        const __m512 a = slot_used(k_pos, s.n_kv, s0)
+                             ? _mm512_maskz_loadu_ps(m, v + s0 * vs + kvh * p.d_v + vc * 16)
+                             : _mm512_setzero_ps();
+        const __m512 c = slot_used(k_pos, s.n_kv, s1)
+                             ? _mm512_maskz_loadu_ps(m, v + s1 * vs + kvh * p.d_v + vc * 16)
+                             : _mm512_setzero_ps();
+        const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(c, a);
+        _mm512_store_si512(tile + pr * 32, _mm512_permutexvar_epi16(interleave, ab));
+      }
+    }
+  }
+}
+
+// Visibility bits of the 32 slots of block kb for a query at qpos.
+inline uint32_t block_visibility32(const int32_t* k_pos, int64_t n_kv, int64_t kb, int32_t qpos,
+                                   Window w) {
+  uint32_t bits = 0;
+  for (int h = 0; h < 2; ++h) {
+    const int64_t j0 = kb * kKT + h * 16;
+    const __mmask16 in = lanes16(n_kv - j0);
+    const __m512i kp = _mm512_maskz_loadu_epi32(in, k_pos + j0);
+    __mmask16 m = _mm512_mask_cmpge_epi32_mask(in, kp, _mm512_setzero_si512());
+    if (w.left >= 0) m = _mm512_mask_cmpge_epi32_mask(m, kp, _mm512_set1_epi32(qpos - w.left));
+    if (w.right >= 0) m = _mm512_mask_cmple_epi32_mask(m, kp, _mm512_set1_epi32(qpos + w.right));
+    bits |= static_cast<uint32_t>(m) << (16 * h);
+  }
+  return bits;
+}
+
+// Queries [i0, i0 + nq) (nq ≤ 16) of query head h.
+void attend_task(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, int32_t h,
+                 const int32_t* k_pos, const AttnParams& p, const Shape& s, const uint16_t* kp,
+                 const uint16_t* vp, float* out, float* scratch) {
+  const int64_t Dp = s.dcp * 32, nvc = s.nvc;
+  float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+  uint16_t* qb = reinterpret_cast<uint16_t*>(base);          // [16][Dp]
+  float* o = base + 16 * Dp / 2;                              // [16][nvc*16]
+  float* sb = o + 16 * nvc * 16;                              // [16][32]
+  uint16_t* pb = reinterpret_cast<uint16_t*>(sb + 16 * 32);   // [16][32]
+  float* tb = sb + 16 * 32 + 16 * 16;                         // [16][16]
+  float* mrun = tb + 16 * 16;
+  float* lrun = mrun + 16;
+  float* corr = lrun + 16;
+  for (int r = 0; r < kQT; ++r) {
+    uint16_t* qr = qb + r * Dp;
+    const float* src = r < nq ? q + ((i0 + r) * p.n_heads + h) * p.d_qk : nullptr;
+    for (int64_t c = 0; c < Dp; c += 32) {
+      const long left = src ? p.d_qk - c : 0;
+      const __m512 lo = _mm512_maskz_loadu_ps(lanes16(left), src ? src + c : nullptr);
+      const __m512 hi = _mm512_maskz_loadu_ps(lanes16(left - 16), src ? src + c + 16 : nullptr);
+      _mm512_store_si512(qr + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+    mrun[r] = p.sinks ? p.sinks[h] : -__builtin_inff();
+    lrun[r] = p.sinks ? 1.0f : 0.0f;
+    for (int64_t c = 0; c < nvc; ++c) _mm512_store_ps(o + (r * nvc + c) * 16, _mm512_setzero_ps());
+  }
+  const __m512 vscale = _mm512_set1_ps(p.scale);
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  uint32_t vis[kQT];
+  for (int64_t kb = 0; kb < s.n_kb; ++kb) {
+    uint32_t any = 0;
+    for (int r = 0; r < kQT; ++r) {
+      vis[r] = r < nq ? block_visibility32(k_pos, s.n_kv, kb, q_pos[i0 + r], p.window) : 0;
+      any |= vis[r];
+    }
+    if (!any) continue;
+    // S = Q Kᵀ for the 32 slots.
+    _tile_zero(4);
+    _tile_zero(5);
+    for (int64_t dc = 0; dc < s.dcp; ++dc) {
+      _tile_loadd(0, qb + dc * 32, Dp * 2);
+      _tile_loadd(1, kp + ((kb * 2 + 0) * s.dcp + dc) * kTile, 64);
+      _tile_loadd(2, kp + ((kb * 2 + 1) * s.dcp + dc) * kTile, 64);
+      _tile_dpbf16ps(4, 0, 1);
+      _tile_dpbf16ps(5, 0, 2);
+    }
+    _tile_stored(4, sb, 128);
+    _tile_stored(5, sb + 16, 128);
+    // Online softmax per row; P rounded to bf16 for the P·V product.
+    bool rescale = false;
+    for (int r = 0; r < kQT; ++r) {
+      if (!vis[r]) {
+        _mm512_store_si512(pb + r * 32, _mm512_setzero_si512());
+        corr[r] = 1.0f;
+        continue;
+      }
+      const __mmask16 v0 = static_cast<__mmask16>(vis[r]), v1 = static_cast<__mmask16>(vis[r] >> 16);
+      const __m512 s0 = _mm512_mask_blend_ps(v0, neg_inf, _mm512_mul_ps(_mm512_load_ps(sb + r * 32), vscale));
+      const __m512 s1 = _mm512_mask_blend_ps(v1, neg_inf, _mm512_mul_ps(_mm512_load_ps(sb + r * 32 + 16), vscale));
+      const float bmax = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+      const float m_old = mrun[r];
+      const float m_new = bmax > m_old ? bmax : m_old;
+      const __m512 mv = _mm512_set1_ps(m_new);
+      const __m512 p0 = _mm512_maskz_mov_ps(v0, exp16(_mm512_sub_ps(s0, mv)));
+      const __m512 p1 = _mm512_maskz_mov_ps(v1, exp16(_mm512_sub_ps(s1, mv)));
+      float c = 1.0f;
+      if (m_new != m_old) {
+        c = m_old == -__builtin_inff() ? 0.0f : __builtin_expf(m_old - m_new);
+        rescale = true;
+        mrun[r] = m_new;
+      }
+      corr[r] = c;
+      lrun[r] = lrun[r] * c + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+      _mm512_store_si512(pb + r * 32, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    }
+    // O = O·corr + P·V, 16 value dims at a time.
+    _tile_loadd(7, pb, 64);
+    for (int64_t vc = 0; vc < nvc; ++vc) {
+      _tile_zero(6);
+      _tile_loadd(3, vp + (kb * nvc + vc) * kTile, 64);
+      _tile_dpbf16ps(6, 7, 3);
+      _tile_stored(6, tb, 64);
+      for (int r = 0; r < kQT; ++r) {
+        float* orow = o + (r * nvc + vc) * 16;
+        const __m512 t = _mm512_load_ps(tb + r * 16);
+        const __m512 prev = _mm512_load_ps(orow);
+        _mm512_store_ps(orow, rescale ? _mm512_fmadd_ps(prev, _mm512_set1_ps(corr[r]), t)
+                                      : _mm512_add_ps(prev, t));
+      }
+    }
+  }
+  for (int64_t r = 0; r < nq; ++r) {
+    const float inv = lrun[r] > 0.0f ? 1.0f / lrun[r] : 0.0f;
+    const __m512 iv = _mm512_set1_ps(inv);
+    float* dst = out + ((i0 + r) * p.n_heads + h) * p.d_v;
+    for (int64_t c = 0; c < nvc; ++c)
+      _mm512_mask_storeu_ps(dst + c * 16, lanes16(p.d_v - c * 16),
+                            _mm512_mul_ps(_mm512_load_ps(o + (r * nvc + c) * 16), iv));
+  }
+}
+
+}  // namespace
+
+int64_t attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads) {
+  const Shape s = shape_of(p, n_kv);
+  return task_scratch_floats(s) * n_threads + (s.k_tiles() + s.v_tiles()) * kTile / 2 + 16;
+}
+
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
+               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
+               ThreadPool& pool, float* work) {
+  const Shape s = shape_of(p, n_kv);
+  const int32_t G = p.n_heads / p.n_kv_heads;
+  const int64_t per_thread = task_scratch_floats(s);
+  float* packs = work + per_thread * pool.n_threads();
+  uint16_t* kp = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(packs) + 63) & ~uintptr_t(63));
+  uint16_t* vp = kp + s.k_tiles() * kTile;
+  const int64_t n_qt = (n_q + kQT - 1) / kQT;
+  const int64_t n_tasks = n_qt * G;
+  const int nt = pool.n_threads();
+  for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
+    pool.parallel_for(s.n_kb, [&](int64_t b, int64_t e, int) {
+      pack_kv(k, v, k_pos, p, s, kvh, b, e, kp, vp);
+    });
+    // Tasks (query tile, head) dealt round-robin: causal work stays balanced.
+    pool.run_on_all([&](int tid) {
+      configure_tiles();
+      for (int64_t t = tid; t < n_tasks; t += nt) {
+        const int64_t qt = t / G;
+        const int32_t h = kvh * G + static_cast<int32_t>(t % G);
+        const int64_t i0 = qt * kQT;
+        attend_task(q, q_pos, i0, imin(kQT, n_q - i0), h, k_pos, p, s, kp, vp, out,
+                    work + tid * per_thread);
+      }
+      _tile_release();
+    });
+  }
+}
+
+}  // namespace dfl::cpu::amx
