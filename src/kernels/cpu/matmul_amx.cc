@@ -99,7 +99,9 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
   const int64_t N = w.n_out, K = w.n_in;
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   const int64_t n_mb = (M + 15) / 16;
-  for (int64_t m = 0; m < n_mb * 16; ++m) {
+  // x → bf16 rows (zero-padded to whole 16-row blocks); threaded for prefill-sized inputs.
+  auto convert = [&](int64_t m_begin, int64_t m_end, int) {
+  for (int64_t m = m_begin; m < m_end; ++m) {
     uint16_t* dst = xb + m * Kp;
     for (int64_t k = 0; k < Kp; k += 32) {
       const int64_t r = m < M ? K - k : 0;
@@ -111,6 +113,11 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
       _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
   }
+  };
+  if (n_mb * 16 * Kp >= (int64_t(1) << 18))
+    pool.parallel_for(n_mb * 16, convert, 16);
+  else
+    convert(0, n_mb * 16, 0);
   const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
   const int64_t n_tiles = (N + 15) / 16;
   pool.parallel_for(
