@@ -93,8 +93,14 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
   }
   if (w.packed_format == kPackedAmxBf16 && amx_usable()) {
     thread_local std::vector<uint16_t> xb;
+    thread_local std::vector<float> cb;
     const int64_t Kp = (w.n_in + 31) / 32 * 32, Mp = (n_rows + 15) / 16 * 16;
-    cpu::amx::matmul_bf16(x, n_rows, w, y, pool, scratch(xb, Mp * Kp));
+    const int64_t nc = n_rows >= cpu::amx::kAmxBlockedMinRows
+                           ? cpu::amx::matmul_bf16_block_floats(n_rows) * pool.n_threads() + 16
+                           : 0;
+    float* c = scratch(cb, static_cast<size_t>(nc + 16));
+    c = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(c) + 63) & ~uintptr_t(63));
+    cpu::amx::matmul_bf16(x, n_rows, w, y, pool, scratch(xb, Mp * Kp), c);
     return;
   }
   DFL_ASSERT(w.packed_format == kPackedNone || w.packed_format == kPackedAmxBf16);

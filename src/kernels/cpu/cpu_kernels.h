@@ -51,10 +51,13 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
 namespace amx {
 // Packs n-tiles [t_begin, t_end) of a BF16 weight into the kPackedAmxBf16 layout.
 void pack_bf16(const WeightMatrix& w, uint16_t* dst, int64_t t_begin, int64_t t_end);
-// w.packed in kPackedAmxBf16 layout; xb: scratch for round_up(M, 16) * round_up(K, 32) bf16.
-// Only call when amx_usable().
+// w.packed in kPackedAmxBf16 layout; xb: scratch for round_up(M, 16) * round_up(K, 32) bf16;
+// cb: for M >= kAmxBlockedMinRows, pool.n_threads() * matmul_bf16_block_floats(M) fp32, 64-byte
+// aligned (else unused). Only call when amx_usable().
+constexpr int64_t kAmxBlockedMinRows = 64;
+int64_t matmul_bf16_block_floats(int64_t M);
 void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
-                 uint16_t* xb);
+                 uint16_t* xb, float* cb);
 // Attention of long query runs (ops.h: n_q >= kAmxAttentionMinQueries) with bf16 tiles.
 // work: attention_work_floats(p, n_kv, pool.n_threads()) floats. Only call when amx_usable().
 int64_t attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads);
