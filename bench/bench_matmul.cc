@@ -1,8 +1,13 @@
 // Weight-streaming matmul y[M,N] = x[M,K]·W[N,K]ᵀ for Qwen3 shapes, M = 1..64, every format.
 // Counters: bytes_per_second = weight bytes streamed / time; GFLOPs = 2·M·N·K / time.
 //   build-kern/bench/bench_matmul --benchmark_filter='BF16/9728x2560'
+// MatmulStream/*: Q8 vs AMX-BF16 decode shapes of Qwen3-4B, cycling through copies of the weight
+// that add up to >= 1 GiB, so every call streams from DRAM (this box reports a 480 MiB L3: the
+// single-weight Matmul/* numbers at M = 1 are partly cache hits).
+//   build-kern/bench/bench_matmul --benchmark_filter='MatmulStream' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
+#include <deque>
 #include <string>
 
 #include "bench_util.h"
@@ -58,6 +63,83 @@ int reg = [] {
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
     }
+  return 0;
+}();
+
+
+// Copies of one weight (same values), together >= kStreamBytes, so a call never hits the LLC.
+constexpr double kStreamBytes = 1.1 * (1 << 30);
+struct StreamSet {
+  std::vector<uint16_t> src;          // bf16 source (AMX fallback data)
+  std::deque<QuantizedQ8> q8;
+  std::deque<PackedWeight> packed;
+  std::vector<WeightMatrix> w;
+  size_t bytes = 0;                   // streamed bytes per call
+};
+
+const StreamSet& stream_set(WFmt fmt, int64_t N, int64_t K) {
+  static std::map<std::tuple<int, int64_t, int64_t>, std::unique_ptr<StreamSet>> cache;
+  auto key = std::make_tuple(static_cast<int>(fmt), N, K);
+  if (auto it = cache.find(key); it != cache.end()) return *it->second;
+  cache.clear();  // one set alive at a time (RAM)
+  auto& set = cache[key];
+  set = std::make_unique<StreamSet>();
+  set->src.resize(static_cast<size_t>(N * K));
+  uint64_t s = 12345 + N * 7 + K;
+  for (auto& v : set->src) v = f32_to_bf16(urand(s) * 0.05f);
+  WeightMatrix b;
+  b.dtype = DType::kBF16;
+  b.n_out = N;
+  b.n_in = K;
+  b.data = set->src.data();
+  do {
+    if (fmt == WFmt::kQ8) {
+      set->q8.push_back(quantize_q8(b, &pool()));
+      set->w.push_back(set->q8.back().matrix());
+      set->bytes = set->q8.back().bytes();
+    } else {
+      set->packed.push_back(prepack_weight(b, &pool()));
+      set->w.push_back(set->packed.back().matrix());
+      set->bytes = static_cast<size_t>(N * K * 2);
+    }
+  } while (static_cast<double>(set->w.size() * set->bytes) < kStreamBytes);
+  return *set;
+}
+
+void BM_MatmulStream(benchmark::State& st, WFmt fmt, int64_t N, int64_t K) {
+  const int64_t M = st.range(0);
+  const StreamSet& set = stream_set(fmt, N, K);
+  if (fmt == WFmt::kBF16Amx && set.w[0].packed_format != kPackedAmxBf16) {
+    st.SkipWithError("AMX not usable on this machine");
+    return;
+  }
+  const auto x = random_f32(M * K, 7);
+  std::vector<float> y(M * N);
+  size_t i = 0;
+  for (auto _ : st) {
+    ops::matmul(x.data(), M, set.w[i], y.data(), pool());
+    benchmark::DoNotOptimize(y.data());
+    i = (i + 1) % set.w.size();
+  }
+  st.counters["bytes_per_second"] = benchmark::Counter(
+      static_cast<double>(set.bytes), benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1024);
+  st.counters["copies"] = static_cast<double>(set.w.size());
+}
+
+int reg_stream = [] {
+  const struct {
+    const char* name;
+    int64_t N, K;
+  } shapes[] = {{"9728x2560", 9728, 2560}, {"2560x9728", 2560, 9728}, {"151936x2560", 151936, 2560}};
+  for (auto& f : {std::make_pair("Q8", WFmt::kQ8), std::make_pair("BF16AMX", WFmt::kBF16Amx)})
+    for (auto& sh : shapes)
+      benchmark::RegisterBenchmark((std::string("MatmulStream/") + f.first + "/" + sh.name).c_str(),
+                                   BM_MatmulStream, f.second, sh.N, sh.K)
+          ->ArgName("M")
+          ->Arg(1)->Arg(2)->Arg(16)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
   return 0;
 }();
 

@@ -202,33 +202,71 @@ static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q
 
 // ---- dispatch ---------------------------------------------------------------------------------
 
-void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y) {
-  if (cpu_isa() == IsaLevel::kAvx512) return cpu::avx512::rms_norm(x, w, n_rows, dim, eps, y);
-  rms_norm_portable(x, w, n_rows, dim, eps, y);
+// Element-wise ops: rows (or 64-element runs) are independent, so prefill-sized calls are split
+// over the pool; each element is computed by the same code wherever the split falls.
+namespace {
+constexpr int64_t kParallelElems = int64_t(1) << 16;
+
+template <typename Fn>
+void over_rows(ThreadPool* pool, int64_t n_rows, int64_t row_elems, Fn&& fn) {
+  if (!pool || pool->n_threads() < 2 || n_rows < 2 || n_rows * row_elems < kParallelElems) {
+    fn(int64_t(0), n_rows);
+    return;
+  }
+  pool->parallel_for(n_rows, [&](int64_t b, int64_t e, int) { fn(b, e); });
+}
+}  // namespace
+
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y,
+              ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  over_rows(pool, n_rows, dim, [&](int64_t b, int64_t e) {
+    if (simd) return cpu::avx512::rms_norm(x + b * dim, w, e - b, dim, eps, y + b * dim);
+    rms_norm_portable(x + b * dim, w, e - b, dim, eps, y + b * dim);
+  });
 }
 
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
-                  float eps, float* y) {
-  if (cpu_isa() == IsaLevel::kAvx512)
-    return cpu::avx512::add_rms_norm(res, x, w, n_rows, dim, eps, y);
-  add_rms_norm_portable(res, x, w, n_rows, dim, eps, y);
+                  float eps, float* y, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  over_rows(pool, n_rows, dim, [&](int64_t b, int64_t e) {
+    const int64_t o = b * dim;
+    if (simd) return cpu::avx512::add_rms_norm(res + o, x + o, w, e - b, dim, eps, y + o);
+    add_rms_norm_portable(res + o, x + o, w, e - b, dim, eps, y + o);
+  });
 }
 
-void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
-  if (cpu_isa() == IsaLevel::kAvx512) return cpu::avx512::silu_mul(gate, up, n, out);
-  silu_mul_portable(gate, up, n, out);
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const int64_t runs = (n + 63) / 64;
+  over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
+    const int64_t o = b * 64, len = std::min(n, e * 64) - o;
+    if (simd) return cpu::avx512::silu_mul(gate + o, up + o, len, out + o);
+    silu_mul_portable(gate + o, up + o, len, out + o);
+  });
 }
 
-void add_inplace(float* y, const float* x, int64_t n) {
-  if (cpu_isa() == IsaLevel::kAvx512) return cpu::avx512::add_inplace(y, x, n);
-  add_inplace_portable(y, x, n);
+void add_inplace(float* y, const float* x, int64_t n, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const int64_t runs = (n + 63) / 64;
+  over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
+    const int64_t o = b * 64, len = std::min(n, e * 64) - o;
+    if (simd) return cpu::avx512::add_inplace(y + o, x + o, len);
+    add_inplace_portable(y + o, x + o, len);
+  });
 }
 
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
-               int64_t n_rot, const float* cos, const float* sin) {
-  if (cpu_isa() == IsaLevel::kAvx512)
-    return cpu::avx512::rope_neox(x, n_rows, row_stride, n_heads, head_dim, n_rot, cos, sin);
-  rope_neox_portable(x, n_rows, row_stride, n_heads, head_dim, n_rot, cos, sin);
+               int64_t n_rot, const float* cos, const float* sin, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const int64_t half = n_rot / 2;
+  over_rows(pool, n_rows, n_heads * head_dim, [&](int64_t b, int64_t e) {
+    float* xb = x + b * row_stride;
+    const float* cb = cos + b * half;
+    const float* sb = sin + b * half;
+    if (simd) return cpu::avx512::rope_neox(xb, e - b, row_stride, n_heads, head_dim, n_rot, cb, sb);
+    rope_neox_portable(xb, e - b, row_stride, n_heads, head_dim, n_rot, cb, sb);
+  });
 }
 
 namespace {
@@ -280,7 +318,7 @@ PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
   p.w = w;
   if (w.packed_format != kPackedNone || w.dtype != DType::kBF16 || !amx_usable()) return p;
   const int64_t n_tiles = (w.n_out + 15) / 16, n_kc = (w.n_in + 31) / 32;
-  p.buf.resize(static_cast<size_t>(n_tiles * n_kc * 16 * 32));
+  p.buf.reset(static_cast<size_t>(n_tiles * n_kc * 16 * 32));
   auto run = [&](int64_t b, int64_t e, int) { cpu::amx::pack_bf16(w, p.buf.data(), b, e); };
   if (pool)
     pool->parallel_for(n_tiles, run, 16);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_buffer.h"
 #include "core/threadpool.h"
 #include "kernels/visibility.h"
 
@@ -60,8 +61,8 @@ constexpr int64_t kQ8TileN = 16;
 // moving it keeps the pointers valid).
 struct QuantizedQ8 {
   int64_t n_out = 0, n_in = 0, n_blocks = 0;
-  std::vector<uint8_t> q;  // [n_tiles][n_blocks][16][16][4] (kPackedQ8 layout above)
-  std::vector<float> d;    // [n_tiles][n_blocks][16]
+  HugeArray<uint8_t> q;  // [n_tiles][n_blocks][16][16][4] (kPackedQ8 layout above)
+  HugeArray<float> d;    // [n_tiles][n_blocks][16]   (2 MiB pages where the OS allows)
   WeightMatrix matrix() const;
   size_t bytes() const { return q.size() + d.size() * sizeof(float); }
 };
@@ -92,7 +93,7 @@ struct AttnParams {
 // Owning result of prepack_weight(); matrix() is what to pass to ops::matmul. Moving keeps the
 // pointers valid. The source weight's storage must outlive it (matrix().data points there).
 struct PackedWeight {
-  std::vector<uint16_t> buf;
+  HugeArray<uint16_t> buf;  // 2 MiB pages where the OS allows (core/huge_buffer.h)
   WeightMatrix w;
   const WeightMatrix& matrix() const { return w; }
   bool repacked() const { return w.packed_format != kPackedNone; }
@@ -117,26 +118,30 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
 
 // y[m, :] = x[m, :] / sqrt(mean(x[m, :]²) + eps) ⊙ w     x, y: [n_rows, dim]   w: [dim] fp32
 // (in place allowed: y == x)
-void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y,
+              ThreadPool* pool = nullptr);
 
 // Fused residual add + RMSNorm (one pass saved):  res[m, :] += x[m, :];  y[m, :] = rms_norm(res)
 // res, x, y: [n_rows, dim]  (y may alias x, not res)
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
-                  float eps, float* y);
+                  float eps, float* y, ThreadPool* pool = nullptr);
 
 // out[i] = silu(gate[i]) * up[i], i < n.    (out may alias gate)
-void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+void silu_mul(const float* gate, const float* up, int64_t n, float* out,
+              ThreadPool* pool = nullptr);
 
 // y[i] += x[i]
-void add_inplace(float* y, const float* x, int64_t n);
+void add_inplace(float* y, const float* x, int64_t n, ThreadPool* pool = nullptr);
 
 // NeoX (rotate-half) RoPE on the leading `n_rot` dims of each head, in place.
 //   x: [n_rows, n_heads, head_dim] (row stride `row_stride` floats)
 //   cos, sin: [n_rows, n_rot / 2] (already include any attention scaling, e.g. YaRN mscale)
 // Pair (i, i + n_rot/2): x_i' = x_i·c − x_{i+h}·s ; x_{i+h}' = x_{i+h}·c + x_i·s
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
-               int64_t n_rot, const float* cos, const float* sin);
+               int64_t n_rot, const float* cos, const float* sin, ThreadPool* pool = nullptr);
 
+// Element-wise ops above take an optional pool: calls of ≥ 64K elements are split over it by
+// rows (silu_mul / add_inplace: runs of 64 elements). Results do not depend on the split.
 
 // Attention of n_q queries over n_kv cache slots with online softmax in fp32.
 //   q:     [n_q, n_heads, d_qk]            q_pos: [n_q] absolute positions

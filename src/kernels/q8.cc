@@ -1,6 +1,8 @@
 // Q8 weights (ops.h kPackedQ8): load-time quantization, activation quantization and the
 // portable matmul; the AVX-512 VNNI kernel is in cpu/q8_avx512.cc.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -32,12 +34,15 @@ QuantizedQ8 quantize_q8(const WeightMatrix& src, ThreadPool* pool) {
   out.n_out = src.n_out;
   out.n_in = src.n_in;
   out.n_blocks = (src.n_in + kQ8Block - 1) / kQ8Block;
-  const int64_t Kp = out.n_blocks * kQ8Block;
-  out.q.assign(static_cast<size_t>(src.n_out * Kp), 128);
-  out.d.assign(static_cast<size_t>(src.n_out * out.n_blocks), 0.0f);
-  auto rows = [&](int64_t r0, int64_t r1, int) {
+  const int64_t nb = out.n_blocks, Kp = nb * kQ8Block;
+  const int64_t n_tiles = (src.n_out + kQ8TileN - 1) / kQ8TileN;
+  out.q.reset(static_cast<size_t>(n_tiles * kQ8TileN * Kp));  // filled with 128 per tile below
+  out.d = HugeArray<float>(static_cast<size_t>(n_tiles * kQ8TileN * nb));  // zeros
+  auto tiles = [&](int64_t t0, int64_t t1, int) {
+    std::memset(out.q.data() + t0 * kQ8TileN * Kp, 128, static_cast<size_t>((t1 - t0) * kQ8TileN * Kp));
     std::vector<float> row(Kp, 0.0f);
-    for (int64_t n = r0; n < r1; ++n) {
+    for (int64_t n = t0 * kQ8TileN; n < std::min(t1 * kQ8TileN, src.n_out); ++n) {
+      const int64_t t = n / kQ8TileN, j = n % kQ8TileN;
       if (src.dtype == DType::kF32) {
         const float* p = static_cast<const float*>(src.data) + n * src.n_in;
         for (int64_t k = 0; k < src.n_in; ++k) row[k] = p[k];
@@ -47,25 +52,26 @@ QuantizedQ8 quantize_q8(const WeightMatrix& src, ThreadPool* pool) {
       } else {
         for (int64_t k = 0; k < src.n_in; ++k) row[k] = ref::weight_at(src, n, k);
       }
-      for (int64_t b = 0; b < out.n_blocks; ++b) {
+      for (int64_t b = 0; b < nb; ++b) {
         float amax = 0.0f;
         for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; ++k)
           amax = std::fmax(amax, std::fabs(row[k]));
         const float d = amax / 127.0f;
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        out.d[n * out.n_blocks + b] = d;
-        uint8_t* q = out.q.data() + n * Kp + b * kQ8Block;
+        out.d[(t * nb + b) * kQ8TileN + j] = d;
+        uint8_t* q = out.q.data() + (t * nb + b) * kQ8TileN * kQ8Block + j * 4;
         for (int64_t k = 0; k < kQ8Block; ++k) {
           const float v = std::nearbyint(row[b * kQ8Block + k] * inv);
-          q[k] = static_cast<uint8_t>(static_cast<int>(std::fmax(-127.0f, std::fmin(127.0f, v))) + 128);
+          q[(k / 4) * kQ8TileN * 4 + k % 4] =
+              static_cast<uint8_t>(static_cast<int>(std::fmax(-127.0f, std::fmin(127.0f, v))) + 128);
         }
       }
     }
   };
   if (pool)
-    pool->parallel_for(src.n_out, rows, 64);
+    pool->parallel_for(n_tiles, tiles, 4);
   else
-    rows(0, src.n_out, 0);
+    tiles(0, n_tiles, 0);
   return out;
 }
 
@@ -90,7 +96,7 @@ void quantize_act_portable(const float* x, int64_t M, int64_t K, int8_t* q, floa
         sum += v;
       }
       d[m * nb + b] = amax / 127.0f;
-      c[m * nb + b] = -8 * sum;
+      c[m * nb + b] = -128 * sum;
     }
   }
 }
@@ -113,25 +119,32 @@ void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, 
     return;
   }
   quantize_act_portable(x, n_rows, w.n_in, qbuf.data(), dbuf.data(), cbuf.data());
+  // Same arithmetic as the AVX-512 kernel (exact int32 block dot, then acc + dot * (dx * dw)),
+  // so both levels give the same bits.
   const uint8_t* wq = static_cast<const uint8_t*>(w.data);
+  const int64_t n_tiles = (w.n_out + kQ8TileN - 1) / kQ8TileN;
   pool.parallel_for(
-      w.n_out,
-      [&](int64_t n0, int64_t n1, int) {
-        for (int64_t m = 0; m < n_rows; ++m) {
-          for (int64_t n = n0; n < n1; ++n) {
-            float acc = 0.0f;
-            for (int64_t b = 0; b < nb; ++b) {
-              const uint8_t* wr = wq + n * nb * kQ8Block + b * kQ8Block;
-              const int8_t* xr = a.q + m * nb * kQ8Block + b * kQ8Block;
-              int32_t s = 0;
-              for (int64_t k = 0; k < kQ8Block; ++k) s += (int32_t(wr[k]) - 128) * xr[k];
-              acc += static_cast<float>(s) * (a.d[m * nb + b] * w.scale[n * nb + b]);
+      n_tiles,
+      [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
+          for (int64_t m = 0; m < n_rows; ++m) {
+            for (int64_t j = 0; j < kQ8TileN && t * kQ8TileN + j < w.n_out; ++j) {
+              float acc = 0.0f;
+              for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t* wb = wq + (t * nb + b) * kQ8TileN * kQ8Block + j * 4;
+                const int8_t* xr = a.q + m * nb * kQ8Block + b * kQ8Block;
+                int32_t s = 0;
+                for (int64_t k = 0; k < kQ8Block; ++k)
+                  s += (int32_t(wb[(k / 4) * kQ8TileN * 4 + k % 4]) - 128) * xr[k];
+                const float sc = a.d[m * nb + b] * w.scale[(t * nb + b) * kQ8TileN + j];
+                acc = acc + static_cast<float>(s) * sc;
+              }
+              y[m * w.n_out + t * kQ8TileN + j] = acc;
             }
-            y[m * w.n_out + n] = acc;
           }
         }
       },
-      16);
+      1);
 }
 
 }  // namespace ops

@@ -108,14 +108,14 @@ void project_qkv(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope,
   rope.fill(pos, n, sc.cos.data(), sc.sin.data());
   if (q_out) {
     ops::matmul(a, n, w.q, q_out, pool);                    // [n, nh*hd]
-    ops::rms_norm(q_out, w.q_norm.data(), int64_t(n) * s.n_heads, s.head_dim, eps, q_out);
+    ops::rms_norm(q_out, w.q_norm.data(), int64_t(n) * s.n_heads, s.head_dim, eps, q_out, &pool);
     ops::rope_neox(q_out, n, int64_t(s.n_heads) * s.head_dim, s.n_heads, s.head_dim, rope.n_rot(),
-                   sc.cos.data(), sc.sin.data());
+                   sc.cos.data(), sc.sin.data(), &pool);
   }
   ops::matmul(a, n, w.k, k_out, pool);                      // [n, nkv*hd]
-  ops::rms_norm(k_out, w.k_norm.data(), int64_t(n) * s.n_kv_heads, s.head_dim, eps, k_out);
+  ops::rms_norm(k_out, w.k_norm.data(), int64_t(n) * s.n_kv_heads, s.head_dim, eps, k_out, &pool);
   ops::rope_neox(k_out, n, int64_t(s.n_kv_heads) * s.head_dim, s.n_kv_heads, s.head_dim,
-                 rope.n_rot(), sc.cos.data(), sc.sin.data());
+                 rope.n_rot(), sc.cos.data(), sc.sin.data(), &pool);
   ops::matmul(a, n, w.v, v_out, pool);                      // [n, nkv*vd]
   if (value_scale != 1.0f) {
     const int64_t nv = int64_t(n) * s.n_kv_heads * s.v_head_dim;
@@ -136,7 +136,7 @@ void attention_block(const DenseLayer& w, const LayerSpec& s, const RopeTable& r
   sc.ensure(sc.o, size_t(n) * s.n_heads * s.v_head_dim);
   const int32_t* pos = sc.positions(pos0, n);
 
-  ops::rms_norm(x, w.in_norm.data(), n, H, eps, sc.a.data());
+  ops::rms_norm(x, w.in_norm.data(), n, H, eps, sc.a.data(), &pool);
   project_qkv(w, s, rope, sc.a.data(), n, pos, eps, value_scale, sc.q.data(), sc.k.data(),
               sc.v.data(), sc, pool);
   kv.write(seq, il, pos0, n, sc.k.data(), sc.v.data());
@@ -146,7 +146,7 @@ void attention_block(const DenseLayer& w, const LayerSpec& s, const RopeTable& r
                  kv.n_slots(seq, il), p, sc.o.data(), pool);
   sc.ensure(sc.a, size_t(n) * H);
   ops::matmul(sc.o.data(), n, w.o, sc.a.data(), pool);     // [n, H]
-  ops::add_inplace(x, sc.a.data(), int64_t(n) * H);
+  ops::add_inplace(x, sc.a.data(), int64_t(n) * H, &pool);
 }
 
 void mlp_block(const DenseLayer& w, float* x, int32_t n, int32_t H, int32_t I, float eps,
@@ -154,12 +154,12 @@ void mlp_block(const DenseLayer& w, float* x, int32_t n, int32_t H, int32_t I, f
   sc.ensure(sc.a, size_t(n) * H);
   sc.ensure(sc.g, size_t(n) * I);
   sc.ensure(sc.u, size_t(n) * I);
-  ops::rms_norm(x, w.post_norm.data(), n, H, eps, sc.a.data());
+  ops::rms_norm(x, w.post_norm.data(), n, H, eps, sc.a.data(), &pool);
   ops::matmul(sc.a.data(), n, w.gate, sc.g.data(), pool);  // [n, I]
   ops::matmul(sc.a.data(), n, w.up, sc.u.data(), pool);    // [n, I]
-  ops::silu_mul(sc.g.data(), sc.u.data(), int64_t(n) * I, sc.g.data());
+  ops::silu_mul(sc.g.data(), sc.u.data(), int64_t(n) * I, sc.g.data(), &pool);
   ops::matmul(sc.g.data(), n, w.down, sc.a.data(), pool);  // [n, H]
-  ops::add_inplace(x, sc.a.data(), int64_t(n) * H);
+  ops::add_inplace(x, sc.a.data(), int64_t(n) * H, &pool);
 }
 
 }  // namespace dfl

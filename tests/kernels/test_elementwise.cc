@@ -76,5 +76,35 @@ TEST(Elementwise, RopeNeox) {
   }
 }
 
+// Prefill-sized calls split over a pool give exactly the single-thread result.
+TEST(Elementwise, PoolSplitIsBitIdentical) {
+  ThreadPool p2(2), p3(3);
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    const int64_t rows = 301, dim = 260, heads = 4, hd = 64, n_rot = 48;
+    const auto x = randn(rows * dim, 1), w = randn(dim, 2), r0 = randn(rows * dim, 3);
+    const int64_t n = rows * dim + 37;
+    const auto g = randn(n, 4, 4.0f), u = randn(n, 5);
+    const auto cs = randn(rows * n_rot / 2, 6), sn = randn(rows * n_rot / 2, 7);
+    auto run = [&](ThreadPool* pool) {
+      std::vector<float> out;
+      std::vector<float> y(x.size()), res = r0, y2(x.size()), s(n), a = g, rp = x;
+      ops::rms_norm(x.data(), w.data(), rows, dim, 1e-6f, y.data(), pool);
+      ops::add_rms_norm(res.data(), x.data(), w.data(), rows, dim, 1e-6f, y2.data(), pool);
+      ops::silu_mul(g.data(), u.data(), n, s.data(), pool);
+      ops::add_inplace(a.data(), u.data(), n, pool);
+      ops::rope_neox(rp.data(), rows, dim, heads, hd, n_rot, cs.data(), sn.data(), pool);
+      for (auto* v : {&y, &res, &y2, &s, &a, &rp}) out.insert(out.end(), v->begin(), v->end());
+      return out;
+    };
+    const auto one = run(nullptr);
+    for (ThreadPool* pool : {&p2, &p3}) {
+      const auto many = run(pool);
+      ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * 4))
+          << isa_name(isa) << " threads " << pool->n_threads();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dfl

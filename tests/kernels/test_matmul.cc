@@ -8,10 +8,12 @@
 //                                                            < 1e-10
 //   Q8: vs ref on the dequantized Q8 weights (activation quantization only): < 5e-4
 //       vs the original bf16 weights (weight + activation quantization):      < 1e-3 (reported)
+//       AVX-512 and portable: bit-identical (same integer dots, same fp sequence)
 #include <gtest/gtest.h>
 
 #include <cstring>
 
+#include "core/cpu_features.h"
 #include "kernel_test_util.h"
 #include "kernels/ops.h"
 
@@ -215,6 +217,29 @@ TEST(Matmul, BatchAndThreadInvariant) {
   }
 }
 
+// Prefill-sized M on the AMX path: the cache-blocked kernel (M >= 64: several 256-row passes,
+// several 256-column blocks per thread, K chunks with the partial sums parked in fp32) must give
+// every row bit-identical to the same row computed alone, and match the reference.
+TEST(Matmul, AmxBlockedPrefillRowsEqualSingleRows) {
+  if (!amx_usable()) GTEST_SKIP() << "no AMX on this machine";
+  ThreadPool p1(1), p2(2), p3(3);
+  const int64_t M = 300, N = 600, K = 333;
+  TestWeight t;
+  make_weight(t, Fmt::kBF16Pack, N, K, 17);
+  const auto x = randn(M * K, 18);
+  std::vector<float> single(M * N), ref_y(M * N);
+  for (int64_t r = 0; r < M; ++r) ops::matmul(x.data() + r * K, 1, t.w, single.data() + r * N, p1);
+  ref::matmul(x.data(), M, t.w, ref_y.data());
+  EXPECT_LT(nmse(single.data(), ref_y.data(), single.size()), 1e-4);
+  for (ThreadPool* pool : {&p1, &p2, &p3})
+    for (int64_t m : {M, int64_t(64), int64_t(257)}) {
+      std::vector<float> y(m * N);
+      ops::matmul(x.data() + (M - m) * K, m, t.w, y.data(), *pool);
+      ASSERT_EQ(0, std::memcmp(y.data(), single.data() + (M - m) * N, y.size() * 4))
+          << "M=" << m << " threads " << pool->n_threads();
+    }
+}
+
 TEST(Matmul, Q8ErrorVsBf16IsSmall) {
   ThreadPool pool(2);
   const int64_t M = 8, N = 96, K = 1000;
@@ -230,6 +255,38 @@ TEST(Matmul, Q8ErrorVsBf16IsSmall) {
   EXPECT_LT(e, 1e-3);
   const int64_t Kp = (K + kQ8Block - 1) / kQ8Block * kQ8Block;
   EXPECT_EQ(tq.q8.bytes(), static_cast<size_t>(N * Kp + N * (Kp / kQ8Block) * 4));
+}
+
+// The Q8 format rounds the same way on every level (exact int32 block dots, then
+// acc + dot * (x_scale * w_scale)): AVX-512 VNNI and portable results are bit-identical. Also
+// checks the tiled layout against the row-major meaning of the weights (ref::weight_at) with
+// N and K that are not multiples of the 16-row tile / 64-wide block.
+TEST(Matmul, Q8SameBitsOnEveryIsaLevelAndLayoutRoundTrips) {
+  ThreadPool pool(2);
+  for (const auto& nk : {std::pair<int64_t, int64_t>{37, 200}, {16, 64}, {1, 1}, {70, 1000}}) {
+    const int64_t N = nk.first, K = nk.second, M = 9;
+    TestWeight tb, tq;
+    make_weight(tb, Fmt::kBF16, N, K, 77);
+    make_weight(tq, Fmt::kQ8, N, K, 77);
+    const int64_t nb = (K + kQ8Block - 1) / kQ8Block, n_tiles = (N + kQ8TileN - 1) / kQ8TileN;
+    EXPECT_EQ(tq.q8.q.size(), static_cast<size_t>(n_tiles * kQ8TileN * nb * kQ8Block));
+    EXPECT_EQ(tq.q8.d.size(), static_cast<size_t>(n_tiles * kQ8TileN * nb));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const float w = ref::weight_at(tb.w, n, k), wq = ref::weight_at(tq.w, n, k);
+        const float d = tq.q8.d[((n / kQ8TileN) * nb + k / kQ8Block) * kQ8TileN + n % kQ8TileN];
+        ASSERT_LE(std::fabs(w - wq), 0.5f * d * 1.0001f) << "n=" << n << " k=" << k;
+      }
+    const auto x = randn(M * K, 5);
+    std::vector<std::vector<float>> ys;
+    for (IsaLevel isa : test::isa_levels()) {
+      test::IsaScope scope(isa);
+      ys.emplace_back(M * N);
+      ops::matmul(x.data(), M, tq.w, ys.back().data(), pool);
+    }
+    for (size_t l = 1; l < ys.size(); ++l)
+      ASSERT_EQ(0, std::memcmp(ys[0].data(), ys[l].data(), M * N * 4)) << "level " << l << " N=" << N;
+  }
 }
 
 TEST(Matmul, PrepackUsesAmxWhereAvailable) {

@@ -1,12 +1,20 @@
 // AVX-512 VNNI kernels of the Q8 format (ops.h kPackedQ8).
 //
 // Weights are stored as u8 = q + 128 so they can be the unsigned operand of vpdpbusd; the
-// activations are the signed one. Σ u·x = Σ q·x + 128·Σx, and the correction −128·Σx depends only
-// on the activation block: it is precomputed as c = −8·Σx and used as the accumulator's start
-// value in each of the 16 lanes. The integer block dot product is exact; per block, per output:
-//   acc += float(block_dot lanes) * (x_scale * w_scale)
-// in one fixed order, so results are batch invariant (same tiling argument as matmul_avx512.cc:
-// 4 weight rows per tile, MR ≤ 4 rows per micro-kernel, one accumulator per output).
+// activations are the signed one. Σ u·x = Σ q·x + 128·Σx; the correction c = −128·Σx depends
+// only on the activation block and is the start value of the block's int32 accumulator.
+//
+// Layout: tiles of 16 rows; per 64-block one 1 KiB tile, row r of the tile (r = k/4) holding
+// 4 consecutive k of each of the 16 rows (one row per 32-bit lane). So vpdpbusd(acc, tile row r,
+// broadcast of x[4r..4r+3]) adds 4 products to each of the 16 row sums: after the 16 rows of
+// the tile, lane j holds the exact int32 dot product of row j with the activation block — no
+// horizontal reductions, and a thread streams one contiguous region (weights and scales),
+// prefetched kPrefetchBlocks tiles ahead. Per (activation row, 16 outputs, block):
+//   acc = acc + float(dot) * (x_scale * w_scale)      (mul, mul, add: no fma)
+// The integer dot is exact whatever the summation order (|dot| ≤ 64·127·255 < 2³¹), and the fp
+// part is one fixed sequence per output over the blocks in k order, so row m's result is the
+// same for any M, micro-kernel height, thread count — and the same as the portable code in
+// kernels/q8.cc.
 #include <immintrin.h>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -15,64 +23,54 @@ namespace dfl::cpu::avx512 {
 
 namespace {
 
-constexpr int kNR = 4;
-constexpr int kMR = 4;
-static_assert(kQ8Block == 64, "one zmm of bytes per block");
+constexpr int kMR = 8;              // activation rows per micro-kernel
+constexpr int kTileBytes = 16 * 64;  // one 16-row × 64-k block tile
+constexpr int kPrefetchBlocks = 4;  // how many 1 KiB tiles ahead the weight stream is prefetched
+static_assert(kQ8Block == 64 && kQ8TileN == 16, "one zmm of bytes per tile row");
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  auto half = [](__m512 v) {
-    return _mm256_add_ps(_mm512_castps512_ps256(v),
-                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  };
-  const __m256 a8 = half(a), b8 = half(b), c8 = half(c), d8 = half(d);
-  const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a8, b8, 0x20),
-                                  _mm256_permute2f128_ps(a8, b8, 0x31));
-  const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c8, d8, 0x20),
-                                  _mm256_permute2f128_ps(c8, d8, 0x31));
-  __m256 h = _mm256_hadd_ps(ab, cd);
-  h = _mm256_hadd_ps(h, h);
-  return _mm_unpacklo_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
+inline __m512i bcast4(const int8_t* p) { return _mm512_set1_epi32(_mm_cvtsi128_si32(_mm_loadu_si32(p))); }
 
+// Rows m0 .. m0+MR-1 of the activations × one 16-row weight tile column (all blocks).
+// S: independent int32 accumulators per row (so short M still has enough chains in flight).
 template <int MR>
-void tile_q8(const Q8Act& a, int64_t m0, const uint8_t* wq, const float* wd, int64_t nb,
+void tile_q8(const Q8Act& a, int64_t m0, const uint8_t* wt, const float* dt, int64_t nb,
              int64_t n_valid, float* y, int64_t ldy) {
-  const int64_t ldw = nb * kQ8Block;
-  const uint8_t* wr[kNR];
-  const float* dr[kNR];
-  for (int j = 0; j < kNR; ++j) {
-    const int64_t jj = imin(j, n_valid - 1);
-    wr[j] = wq + jj * ldw;
-    dr[j] = wd + jj * nb;
-  }
-  const int8_t* xq = a.q + m0 * ldw;
+  constexpr int S = MR >= 4 ? 1 : 4 / MR;
+  const int64_t ldx = nb * kQ8Block;
+  const int8_t* xq = a.q + m0 * ldx;
   const float* xd = a.d + m0 * nb;
   const int32_t* xc = a.c + m0 * nb;
-  __m512 acc[MR][kNR];
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < kNR; ++j) acc[i][j] = _mm512_setzero_ps();
+  __m512 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m512i wv[kNR];
-    __m512 dw[kNR];
-    for (int j = 0; j < kNR; ++j) {
-      wv[j] = _mm512_loadu_si512(wr[j] + b * kQ8Block);
-      dw[j] = _mm512_set1_ps(dr[j][b]);
-    }
+    const uint8_t* wb = wt + b * kTileBytes;
+    const char* pf = reinterpret_cast<const char*>(wb + kPrefetchBlocks * kTileBytes);
+    for (int l = 0; l < 16; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(dt + (b + kPrefetchBlocks) * 16), _MM_HINT_T0);
+    __m512i s[MR][S];
     for (int i = 0; i < MR; ++i) {
-      const __m512i xv = _mm512_loadu_si512(xq + i * ldw + b * kQ8Block);
-      const __m512i cv = _mm512_set1_epi32(xc[i * nb + b]);
-      const __m512 dx = _mm512_set1_ps(xd[i * nb + b]);
-      for (int j = 0; j < kNR; ++j) {
-        const __m512i s = _mm512_dpbusd_epi32(cv, wv[j], xv);
-        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, dw[j]), acc[i][j]);
-      }
+      s[i][0] = _mm512_set1_epi32(xc[i * nb + b]);
+      for (int u = 1; u < S; ++u) s[i][u] = _mm512_setzero_si512();
+    }
+    for (int r = 0; r < 16; ++r) {
+      const __m512i wv = _mm512_loadu_si512(wb + 64 * r);
+      for (int i = 0; i < MR; ++i)
+        s[i][r % S] = _mm512_dpbusd_epi32(s[i][r % S], wv, bcast4(xq + i * ldx + b * kQ8Block + 4 * r));
+    }
+    const __m512 dw = _mm512_loadu_ps(dt + b * 16);
+    for (int i = 0; i < MR; ++i) {
+      __m512i t = s[i][0];
+      if constexpr (S == 2) t = _mm512_add_epi32(t, s[i][1]);
+      if constexpr (S == 4)
+        t = _mm512_add_epi32(_mm512_add_epi32(t, s[i][1]), _mm512_add_epi32(s[i][2], s[i][3]));
+      const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(xd[i * nb + b]), dw);
+      acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(_mm512_cvtepi32_ps(t), sc));
     }
   }
-  const __mmask8 sm = static_cast<__mmask8>((1u << n_valid) - 1);
-  for (int i = 0; i < MR; ++i)
-    _mm_mask_storeu_ps(y + i * ldy, sm, reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+  const __mmask16 sm = n_valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << n_valid) - 1);
+  for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy, sm, acc[i]);
 }
 
 }  // namespace
@@ -102,7 +100,7 @@ void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, 
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + 16 * u), _mm512_cvtepi32_epi8(qi));
       }
       d[m * nb + b] = amax / 127.0f;
-      c[m * nb + b] = -8 * _mm512_reduce_add_epi32(sum);
+      c[m * nb + b] = -128 * _mm512_reduce_add_epi32(sum);
     }
   }
 }
@@ -110,26 +108,30 @@ void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, 
 void matmul_q8(const Q8Act& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   const int64_t N = w.n_out, nb = a.n_blocks;
   const uint8_t* wq = static_cast<const uint8_t*>(w.data);
-  const int64_t n_tiles = (N + kNR - 1) / kNR;
+  const int64_t n_tiles = (N + 15) / 16;
   pool.parallel_for(
       n_tiles,
       [&](int64_t t0, int64_t t1, int) {
         for (int64_t t = t0; t < t1; ++t) {
-          const int64_t n0 = t * kNR, nv = imin(kNR, N - n0);
-          const uint8_t* w0 = wq + n0 * nb * kQ8Block;
-          const float* d0 = w.scale + n0 * nb;
+          const int64_t n0 = t * 16, nv = imin(16, N - n0);
+          const uint8_t* wt = wq + t * nb * kTileBytes;
+          const float* dt = w.scale + t * nb * 16;
           for (int64_t m0 = 0; m0 < M; m0 += kMR) {
             float* yr = y + m0 * N + n0;
             switch (imin(kMR, M - m0)) {
-              case 1: tile_q8<1>(a, m0, w0, d0, nb, nv, yr, N); break;
-              case 2: tile_q8<2>(a, m0, w0, d0, nb, nv, yr, N); break;
-              case 3: tile_q8<3>(a, m0, w0, d0, nb, nv, yr, N); break;
-              default: tile_q8<4>(a, m0, w0, d0, nb, nv, yr, N); break;
+              case 1: tile_q8<1>(a, m0, wt, dt, nb, nv, yr, N); break;
+              case 2: tile_q8<2>(a, m0, wt, dt, nb, nv, yr, N); break;
+              case 3: tile_q8<3>(a, m0, wt, dt, nb, nv, yr, N); break;
+              case 4: tile_q8<4>(a, m0, wt, dt, nb, nv, yr, N); break;
+              case 5: tile_q8<5>(a, m0, wt, dt, nb, nv, yr, N); break;
+              case 6: tile_q8<6>(a, m0, wt, dt, nb, nv, yr, N); break;
+              case 7: tile_q8<7>(a, m0, wt, dt, nb, nv, yr, N); break;
+              default: tile_q8<8>(a, m0, wt, dt, nb, nv, yr, N); break;
             }
           }
         }
       },
-      8);
+      1);
 }
 
 }  // namespace dfl::cpu::avx512

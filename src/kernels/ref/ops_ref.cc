@@ -10,9 +10,10 @@ namespace dfl::ref {
 
 float weight_at(const WeightMatrix& w, int64_t row, int64_t col) {
   if (w.packed_format == kPackedQ8) {
-    const int64_t nb = (w.n_in + kQ8Block - 1) / kQ8Block;
-    const int u = static_cast<const uint8_t*>(w.data)[row * nb * kQ8Block + col];
-    return static_cast<float>(u - 128) * w.scale[row * nb + col / kQ8Block];
+    const int64_t nb = (w.n_in + kQ8Block - 1) / kQ8Block;  // tiled layout: see ops.h
+    const int64_t tb = (row / kQ8TileN) * nb + col / kQ8Block, j = row % kQ8TileN;
+    const int u = static_cast<const uint8_t*>(w.data)[(tb * 16 + col % kQ8Block / 4) * 64 + j * 4 + col % 4];
+    return static_cast<float>(u - 128) * w.scale[tb * kQ8TileN + j];
   }
   const int64_t i = row * w.n_in + col;
   switch (w.dtype) {

@@ -177,7 +177,7 @@ class MiMoModel final : public CausalLM {
     o_.resize(size_t(n) * s.n_heads * s.v_head_dim);
     pos_.resize(n);
     std::iota(pos_.begin(), pos_.end(), pos0);
-    ops::rms_norm(x, w.in_norm.data(), n, H, cfg_.rms_norm_eps, a_.data());
+    ops::rms_norm(x, w.in_norm.data(), n, H, cfg_.rms_norm_eps, a_.data(), &pool_);
     if (w.fused) {
       const int64_t rows = nq + nk + nv, T = cfg_.mimo->ckpt_tp;
       t_.resize(size_t(n) * rows);
@@ -204,21 +204,21 @@ class MiMoModel final : public CausalLM {
     cos_.resize(size_t(n) * half);
     sin_.resize(size_t(n) * half);
     rope.fill(pos_.data(), n, cos_.data(), sin_.data());
-    ops::rope_neox(q_.data(), n, nq, s.n_heads, s.head_dim, rope.n_rot(), cos_.data(), sin_.data());
-    ops::rope_neox(k_.data(), n, nk, s.n_kv_heads, s.head_dim, rope.n_rot(), cos_.data(), sin_.data());
+    ops::rope_neox(q_.data(), n, nq, s.n_heads, s.head_dim, rope.n_rot(), cos_.data(), sin_.data(), &pool_);
+    ops::rope_neox(k_.data(), n, nk, s.n_kv_heads, s.head_dim, rope.n_rot(), cos_.data(), sin_.data(), &pool_);
     kv_.write(seq, il, pos0, n, k_.data(), v_.data());
     const AttnParams p = attn_params(s, w.sinks);
     ops::attention(q_.data(), pos_.data(), n, kv_.k(seq, il), kv_.v(seq, il), kv_.pos(seq, il),
                    kv_.n_slots(seq, il), p, o_.data(), pool_);
     ops::matmul(o_.data(), n, w.o, a_.data(), pool_);  // [n, H]
-    ops::add_inplace(x, a_.data(), int64_t(n) * H);
+    ops::add_inplace(x, a_.data(), int64_t(n) * H, &pool_);
   }
 
   void mlp(int32_t il, float* x, int32_t n) {
     const MiMoLayer& w = layers_[il];
     const int32_t H = cfg_.hidden_size;
     a_.resize(size_t(n) * H);
-    ops::rms_norm(x, w.post_norm.data(), n, H, cfg_.rms_norm_eps, a_.data());
+    ops::rms_norm(x, w.post_norm.data(), n, H, cfg_.rms_norm_eps, a_.data(), &pool_);
     y_.resize(size_t(n) * H);
     if (w.moe) {
       moe_forward(w.experts, *cfg_.moe, a_.data(), n, H, y_.data(), moe_sc_, pool_);
@@ -228,10 +228,10 @@ class MiMoModel final : public CausalLM {
       u_.resize(size_t(n) * I);
       ops::matmul(a_.data(), n, w.gate, g_.data(), pool_);  // [n, I]
       ops::matmul(a_.data(), n, w.up, u_.data(), pool_);    // [n, I]
-      ops::silu_mul(g_.data(), u_.data(), int64_t(n) * I, g_.data());
+      ops::silu_mul(g_.data(), u_.data(), int64_t(n) * I, g_.data(), &pool_);
       ops::matmul(g_.data(), n, w.down, y_.data(), pool_);  // [n, H]
     }
-    ops::add_inplace(x, y_.data(), int64_t(n) * H);
+    ops::add_inplace(x, y_.data(), int64_t(n) * H, &pool_);
   }
 
   // Copies the residual stream of rows [row0, row0 + n) into every aux column equal to `index`
