@@ -89,7 +89,7 @@ void run_group(const uint16_t* xb, int64_t Kp, int64_t mb, const uint16_t* wp, i
 // bit-identical to the small-M path (batch invariance holds across the switch).
 constexpr int64_t kNB = 16;  // n-tiles per block (256 columns)
 constexpr int64_t kKC = 8;   // 32-wide k steps per chunk (256 k)
-constexpr int64_t kMC = 16;  // m-blocks per pass (256 rows): bounds the A chunk and C buffer
+constexpr int64_t kMC = 32;  // m-blocks per pass (512 rows): a prompt of ≤ 512 tokens streams the weights once
 
 template <int MB, int NB>
 void run_block_tile(const uint16_t* xt, int64_t mb, const uint16_t* wp, int64_t t, int64_t n_kc,
