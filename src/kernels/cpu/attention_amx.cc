@@ -16,6 +16,7 @@
 // and V (~3 significant digits per product, fp32 sums) — the documented price of prefill speed.
 #include <immintrin.h>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx512.h"
 
@@ -32,23 +33,6 @@ constexpr int64_t kTile = 16 * 32;  // bf16 elements of one tile (1 KiB)
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
-struct alignas(64) TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
-void configure_tiles() {
-  TileConfig c{};
-  c.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
-    c.colsb[t] = 64;
-  }
-  _tile_loadconfig(&c);
-}
 
 struct Shape {
   int64_t n_kv, n_kb;  // slots, blocks of 32 slots

@@ -10,29 +10,13 @@
 // weight stream and 1/8 of a 16-cycle tdpbf16ps per 1 KiB weight tile.
 #include <immintrin.h>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace dfl::cpu::amx {
 
 namespace {
 
-struct alignas(64) TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-
-void configure_tiles() {
-  TileConfig c{};
-  c.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
-    c.colsb[t] = 64;
-  }
-  _tile_loadconfig(&c);
-}
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
