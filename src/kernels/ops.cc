@@ -96,9 +96,9 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     thread_local std::vector<float> cb;
     const int64_t Kp = (w.n_in + 31) / 32 * 32, Mp = (n_rows + 15) / 16 * 16;
     const int64_t nc = n_rows >= cpu::amx::kAmxBlockedMinRows
-                           ? cpu::amx::matmul_bf16_block_floats(n_rows) * pool.n_threads() + 16
+                           ? cpu::amx::matmul_bf16_block_floats(n_rows) * pool.n_threads()
                            : 0;
-    float* c = scratch(cb, static_cast<size_t>(nc + 16));
+    float* c = scratch(cb, static_cast<size_t>(nc + 16));  // + 16: room to align to 64 bytes
     c = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(c) + 63) & ~uintptr_t(63));
     cpu::amx::matmul_bf16(x, n_rows, w, y, pool, scratch(xb, Mp * Kp), c);
     return;

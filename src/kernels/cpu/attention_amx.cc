@@ -112,17 +112,9 @@ void pack_kv(const float* k, const float* v, const int32_t* k_pos, const AttnPar
 // Visibility bits of the 32 slots of block kb for a query at qpos.
 inline uint32_t block_visibility32(const int32_t* k_pos, int64_t n_kv, int64_t kb, int32_t qpos,
                                    Window w) {
-  uint32_t bits = 0;
-  for (int h = 0; h < 2; ++h) {
-    const int64_t j0 = kb * kKT + h * 16;
-    const __mmask16 in = lanes16(n_kv - j0);
-    const __m512i kp = _mm512_maskz_loadu_epi32(in, k_pos + j0);
-    __mmask16 m = _mm512_mask_cmpge_epi32_mask(in, kp, _mm512_setzero_si512());
-    if (w.left >= 0) m = _mm512_mask_cmpge_epi32_mask(m, kp, _mm512_set1_epi32(qpos - w.left));
-    if (w.right >= 0) m = _mm512_mask_cmple_epi32_mask(m, kp, _mm512_set1_epi32(qpos + w.right));
-    bits |= static_cast<uint32_t>(m) << (16 * h);
-  }
-  return bits;
+  const int64_t j0 = kb * kKT;
+  return static_cast<uint32_t>(avx512::visible_slots16(k_pos + j0, n_kv - j0, qpos, w)) |
+         static_cast<uint32_t>(avx512::visible_slots16(k_pos + j0 + 16, n_kv - j0 - 16, qpos, w)) << 16;
 }
 
 // Queries [i0, i0 + nq) (nq ≤ 16) of query head h.

@@ -32,7 +32,6 @@ namespace dfl::cpu::avx512 {
 namespace {
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
 constexpr int kKB = 16;      // keys per block
 constexpr int kRB = 4;       // rows per register tile
@@ -61,18 +60,6 @@ inline __m512 transpose_sum16(const __m512* a) {
     d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
                          _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xdd));
   return _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88), _mm512_shuffle_f32x4(d[0], d[1], 0xdd));
-}
-
-// Visibility bits of slots j0 .. j0 + nk - 1 for a query at qpos (the rule of visibility.h).
-inline unsigned block_visibility(const int32_t* k_pos, int nk, int32_t qpos, Window w) {
-  const __mmask16 in = lanes16(nk);
-  const __m512i kp = _mm512_maskz_loadu_epi32(in, k_pos);
-  __mmask16 m = _mm512_mask_cmpge_epi32_mask(in, kp, _mm512_setzero_si512());
-  if (w.left >= 0)  // q - k <= left  ⇔  k >= q - left
-    m = _mm512_mask_cmpge_epi32_mask(m, kp, _mm512_set1_epi32(qpos - w.left));
-  if (w.right >= 0)  // k - q <= right  ⇔  k <= q + right
-    m = _mm512_mask_cmple_epi32_mask(m, kp, _mm512_set1_epi32(qpos + w.right));
-  return m;
 }
 
 // Raw logits of RB rows × 16 keys: dots[r][j] holds the 16 partial lanes of q_r · k_j.
@@ -189,7 +176,7 @@ void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
     const int nk = static_cast<int>(imin(kKB, n_kv - j0));
     unsigned any = 0;
     for (int64_t qi = 0; qi < nq; ++qi) {
-      const unsigned vq = block_visibility(k_pos + j0, nk, q_pos[i0 + qi], p.window);
+      const unsigned vq = visible_slots16(k_pos + j0, nk, q_pos[i0 + qi], p.window);
       for (int g = 0; g < G; ++g) vis[qi * G + g] = vq;
       any |= vq;
     }

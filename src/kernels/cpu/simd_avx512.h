@@ -5,6 +5,10 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
+#include "kernels/visibility.h"
+
 namespace dfl::cpu::avx512 {
 namespace {
 
@@ -31,6 +35,20 @@ static inline __m512 exp16(__m512 x) {
 static inline __mmask16 lanes16(long n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff)
                  : n <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// The visibility rule of kernels/visibility.h (kv_visible) for 16 cache slots at once: bit j is
+// set iff slot j < n (n ≤ 16) holds a key (k_pos[j] >= 0) that a query at qpos may see through
+// window w. Slots at or past n are never read.
+static inline __mmask16 visible_slots16(const int32_t* k_pos, long n, int32_t qpos, Window w) {
+  const __mmask16 in = lanes16(n);
+  const __m512i kp = _mm512_maskz_loadu_epi32(in, k_pos);
+  __mmask16 m = _mm512_mask_cmpge_epi32_mask(in, kp, _mm512_setzero_si512());
+  if (w.left >= 0)  // q - k <= left  ⇔  k >= q - left
+    m = _mm512_mask_cmpge_epi32_mask(m, kp, _mm512_set1_epi32(qpos - w.left));
+  if (w.right >= 0)  // k - q <= right  ⇔  k <= q + right
+    m = _mm512_mask_cmple_epi32_mask(m, kp, _mm512_set1_epi32(qpos + w.right));
+  return m;
 }
 
 }  // namespace
