@@ -191,7 +191,7 @@ std::vector<int32_t> Engine::render_prompt(const Prompt& p) const {
   auto invalid = [](const std::string& msg) { return RequestRefused{RequestRefused::Kind::kInvalid, msg}; };
   if (p.messages.is_array()) {
     if (!a.chat) throw invalid("this model has no chat template: send a plain prompt");
-    if (!a.tokenizer) throw invalid("this model has no tokenizer: send token ids");
+    if (!a.tokenizer) throw invalid(str("'", impl_->opts.model_dir, "' has no tokenizer.json: send token ids"));
     ChatOptions opt;
     opt.add_generation_prompt = true;
     opt.tools = p.tools;
@@ -207,7 +207,7 @@ std::vector<int32_t> Engine::render_prompt(const Prompt& p) const {
     return a.tokenizer->encode(text, false);
   }
   if (p.text.empty()) throw invalid("the prompt is empty");
-  if (!a.tokenizer) throw invalid("this model has no tokenizer: send token ids");
+  if (!a.tokenizer) throw invalid(str("'", impl_->opts.model_dir, "' has no tokenizer.json: send token ids"));
   return a.tokenizer->encode(p.text, true);
 }
 

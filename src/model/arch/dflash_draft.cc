@@ -65,7 +65,7 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
 
   KvPoolOptions po;
   po.max_seqs = opts.n_seqs;
-  po.slack = std::max({opts.max_block, d.block_size, 256});
+  po.slack = std::max(opts.max_block, d.block_size);
   po.max_context = opts.max_context + po.slack;
   own_kv_ = std::make_unique<KvPool>(kv_layout(cfg_), po);
   kv_ = own_kv_.get();
@@ -81,9 +81,9 @@ void DFlashDraftModel::run(const std::vector<DraftJob>& jobs, CausalLM& target,
 void DFlashDraftModel::prepare(const std::vector<DraftJob>& jobs) {
   for (const DraftJob& j : jobs) {
     DFL_CHECK(j.seq >= 0 && j.seq < kv_->max_seqs(), "drafter sequence slot ", j.seq, " out of range");
-    DFL_CHECK(j.n_ctx >= 0 && j.n_ctx <= kv_->slack(), "drafter context of ", j.n_ctx,
+    DFL_CHECK(j.n_ctx >= 0 && (j.n_ctx <= kv_->slack() || !kv_->has_rings()), "drafter context of ", j.n_ctx,
               " rows at once (limit ", kv_->slack(), ")");
-    DFL_CHECK(j.n_block == 0 || (j.n_block >= 2 && j.n_block <= kv_->slack()), "draft block of ",
+    DFL_CHECK(j.n_block == 0 || (j.n_block >= 2 && (j.n_block <= kv_->slack() || !kv_->has_rings())), "draft block of ",
               j.n_block, " tokens (limit ", kv_->slack(), ")");
     const int32_t end = kv_->length(j.seq) + j.n_ctx + j.n_block;
     DFL_CHECK(end <= kv_->max_context(), "drafter context overflow: ", end, " > ", kv_->max_context());
@@ -172,7 +172,7 @@ void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM&
 
 void DFlashDraftModel::append_context(int32_t seq, const float* taps, int32_t n, int32_t pos0) {
   DFL_CHECK(pos0 == kv_->length(seq), "drafter context at ", pos0, " but cache holds ", kv_->length(seq));
-  const int32_t chunk = kv_->slack();
+  const int32_t chunk = kv_->has_rings() ? kv_->slack() : std::max(n, 1);
   std::vector<DraftJob> jobs(1);
   for (int32_t c0 = 0; c0 < n; c0 += chunk) {
     jobs[0].seq = seq;
