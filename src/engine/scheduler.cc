@@ -195,7 +195,7 @@ bool Scheduler::emit(Seq* s, const int32_t* toks, int32_t n, const float* logits
     ev.stats = &s->stats;
     go = s->cb(ev);
   }
-  if (why == FinishReason::kNone && !go) why = FinishReason::kStop;
+  if (!go) why = FinishReason::kStop;  // the client ended it (e.g. a stop string completed)
   if (why != FinishReason::kNone) {
     finish(s, why);
     return false;
