@@ -90,6 +90,22 @@ struct AttnParams {
   const float* sinks = nullptr;  // [n_heads] learned sink logits (unscaled), or nullptr
 };
 
+// The cache slots one attention call reads, in pages (a paged KV pool's block table).
+// Slot j (0 ≤ j < n_slots) is row j % page_slots of page j / page_slots:
+//   K at k[page] + row * n_kv_heads * d_qk, V at v[page] + row * n_kv_heads * d_v,
+//   its absolute position at pos[page][row] (kEmptySlot = skip).
+// page_slots is a multiple of 16, unless there is only one page (n_slots ≤ page_slots: a
+// contiguous run of any length). The kernels read K/V only of slots that hold a key; every
+// page pointer of the ceil(n_slots / page_slots) pages must be valid, and the last page needs
+// only its rows below n_slots. Pages may sit anywhere in memory, in any order.
+struct KvPages {
+  const float* const* k = nullptr;
+  const float* const* v = nullptr;
+  const int32_t* const* pos = nullptr;
+  int64_t n_slots = 0;
+  int32_t page_slots = 0;
+};
+
 // Owning result of prepack_weight(); matrix() is what to pass to ops::matmul. Moving keeps the
 // pointers valid. The source weight's storage must outlive it (matrix().data points there).
 struct PackedWeight {
@@ -162,6 +178,17 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
                ThreadPool& pool);
 
+// The same attention over a paged cache (KvPages above): slot j of `kv` plays the role of
+// slot j of the contiguous call (k, v, k_pos). The contiguous call is this one with a single
+// page. Paging contract: for the same logical slot sequence (same K/V/position per slot j),
+// the result is BIT-IDENTICAL to the contiguous call — on every path (portable, AVX-512 fp32,
+// AMX bf16 prefill), for any page_slots, any physical page order and placement, any thread
+// count. Every kernel walks slots in the same fixed blocks from slot 0 (16 slots fp32, 32 on
+// AMX, which takes its two 16-slot halves from their own pages) and only fetches the page
+// pointers per block (or copies through them); the arithmetic never sees the paging.
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out, ThreadPool& pool);
+
 // Index of the largest element (first one on ties).
 int64_t argmax(const float* x, int64_t n);
 
@@ -176,6 +203,8 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
                int64_t n_rot, const float* cos, const float* sin);
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out);
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out);
 // Dequantizes one weight element (any supported dtype, including F8 with block scales).
 float weight_at(const WeightMatrix& w, int64_t row, int64_t col);
 }  // namespace ref
