@@ -155,6 +155,24 @@ static void add_inplace_portable(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+// gelu_tanh(g) = g·σ(2u), u = √(2/π)·g·(1 + 0.044715·g²)  (ops.h)
+static void gelu_tanh_mul_portable(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float k0 = 0.7978845608028654f, k1 = 0.7978845608028654f * 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float u = g * (g * g * k1 + k0);
+    out[i] = g / (1.0f + std::exp(-2.0f * u)) * up[i];
+  }
+}
+
+static void softcap_portable(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+static void scale_inplace_portable(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
 static void rope_neox_portable(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin) {
   ref::rope_neox(x, n_rows, row_stride, n_heads, head_dim, n_rot, cos, sin);
@@ -261,6 +279,36 @@ void add_inplace(float* y, const float* x, int64_t n, ThreadPool* pool) {
     const int64_t o = b * 64, len = std::min(n, e * 64) - o;
     if (simd) return cpu::avx512::add_inplace(y + o, x + o, len);
     add_inplace_portable(y + o, x + o, len);
+  });
+}
+
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const int64_t runs = (n + 63) / 64;
+  over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
+    const int64_t o = b * 64, len = std::min(n, e * 64) - o;
+    if (simd) return cpu::avx512::gelu_tanh_mul(gate + o, up + o, len, out + o);
+    gelu_tanh_mul_portable(gate + o, up + o, len, out + o);
+  });
+}
+
+void softcap(float* x, int64_t n, float cap, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const int64_t runs = (n + 63) / 64;
+  over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
+    const int64_t o = b * 64, len = std::min(n, e * 64) - o;
+    if (simd) return cpu::avx512::softcap(x + o, len, cap);
+    softcap_portable(x + o, len, cap);
+  });
+}
+
+void scale_inplace(float* x, int64_t n, float s, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const int64_t runs = (n + 63) / 64;
+  over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
+    const int64_t o = b * 64, len = std::min(n, e * 64) - o;
+    if (simd) return cpu::avx512::scale_inplace(x + o, len, s);
+    scale_inplace_portable(x + o, len, s);
   });
 }
 

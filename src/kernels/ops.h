@@ -149,6 +149,21 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out,
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n, ThreadPool* pool = nullptr);
 
+// out[i] = gelu_tanh(gate[i]) * up[i], i < n    (out may alias gate or up)
+// gelu_tanh(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))  (PyTorch approximate='tanh'; Gemma's
+// GeGLU), computed as the identical x·σ(2u) = x / (1 + e^(-2u)), u = √(2/π)·x·(1 + 0.044715·x²),
+// which has no cancellation for negative x. Max relative error vs a double reference: see
+// tests/kernels/test_elementwise.cc (AVX-512 and portable ≈ 1e-6 over |x| ≤ 10).
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out,
+                   ThreadPool* pool = nullptr);
+
+// x[i] = cap · tanh(x[i] / cap), in place (Gemma 2/3 logit and attention soft-capping; cap > 0).
+// AVX-512: a vector tanh accurate to ~1-2 ulp (the test measures it); portable: std::tanh.
+void softcap(float* x, int64_t n, float cap, ThreadPool* pool = nullptr);
+
+// x[i] *= s (one rounding: bit-identical on every ISA level)
+void scale_inplace(float* x, int64_t n, float s, ThreadPool* pool = nullptr);
+
 // NeoX (rotate-half) RoPE on the leading `n_rot` dims of each head, in place.
 //   x: [n_rows, n_heads, head_dim] (row stride `row_stride` floats)
 //   cos, sin: [n_rows, n_rot / 2] (already include any attention scaling, e.g. YaRN mscale)
@@ -157,7 +172,9 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
                int64_t n_rot, const float* cos, const float* sin, ThreadPool* pool = nullptr);
 
 // Element-wise ops above take an optional pool: calls of ≥ 64K elements are split over it by
-// rows (silu_mul / add_inplace: runs of 64 elements). Results do not depend on the split.
+// rows (silu_mul / add_inplace / gelu_tanh_mul / softcap / scale_inplace: runs of 64 elements).
+// Results do not depend on the split, and element i's result depends only on element i (not on
+// n or on where a call starts).
 
 // Attention of n_q queries over n_kv cache slots with online softmax in fp32.
 //   q:     [n_q, n_heads, d_qk]            q_pos: [n_q] absolute positions
@@ -199,6 +216,10 @@ namespace ref {
 void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y);
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// gelu_tanh_mul and softcap in double (the literal formulas; gelu via the identity
+// 0.5·(1 + tanh u) = 1 / (1 + e^(-2u)), exact in real numbers, cancellation-free), rounded once.
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+void softcap(float* x, int64_t n, float cap);
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin);
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,

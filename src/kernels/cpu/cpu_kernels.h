@@ -45,6 +45,9 @@ void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, in
                   float eps, float* y);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void add_inplace(float* y, const float* x, int64_t n);
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+void softcap(float* x, int64_t n, float cap);
+void scale_inplace(float* x, int64_t n, float s);
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin);
 }  // namespace avx512

@@ -2,6 +2,7 @@
 // serve as the oracle that optimized kernels are measured against.
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 #include <vector>
 
 #include "core/error.h"
@@ -60,6 +61,19 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const double c = std::sqrt(2.0 / std::numbers::pi);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = gate[i];
+    const double u = c * (x + 0.044715 * x * x * x);
+    out[i] = static_cast<float>(x / (1.0 + std::exp(-2.0 * u)) * double(up[i]));
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(double(cap) * std::tanh(double(x[i]) / cap));
 }
 
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
