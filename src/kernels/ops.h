@@ -121,19 +121,6 @@ struct PackedWeight {
 // returned as is (repacked() == false, no copy). Call once per weight, keep the result.
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool = nullptr);
 
-// The cache slots one attention call reads, in pages (a paged KV pool's block table).
-// Slot j (0 ≤ j < n_slots) is row j % page_slots of page j / page_slots:
-//   K at k[page] + row * n_kv_heads * d_qk, V at v[page] + row * n_kv_heads * d_v,
-//   its absolute position at pos[page][row] (kEmptySlot = skip).
-// page_slots is a multiple of 16, unless there is only one page (a contiguous run).
-struct KvPages {
-  const float* const* k = nullptr;
-  const float* const* v = nullptr;
-  const int32_t* const* pos = nullptr;
-  int64_t n_slots = 0;
-  int32_t page_slots = 0;
-};
-
 namespace ops {
 
 // y[m, :] = x[m, :] · Wᵀ for m < n_rows.     x: [n_rows, n_in]   y: [n_rows, n_out]
