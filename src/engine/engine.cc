@@ -96,6 +96,7 @@ void Engine::Impl::build() {
   lo.max_context = opts.max_context;
   lo.weights_format = opts.weights_format;
   lo.prepack = opts.prepack;
+  lo.config = opts.config;
   lo.n_seqs = 1;  // the models' own default pools stay tiny; the engine attaches its pools
   int32_t block = 1;
   std::optional<ModelConfig> dcfg;

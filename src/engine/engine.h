@@ -32,6 +32,7 @@ struct EngineOptions {
   std::string draft_dir;            // DFlash drafter folder; empty = target-only
   WeightsFormat weights_format = WeightsFormat::kAsStored;
   bool prepack = true;
+  ConfigOptions config;             // parse-time choices (e.g. the MiMo window edge)
   int32_t threads = 0;              // 0 = all cores
   int32_t max_context = 4096;       // positions one sequence may hold (clamped to the model's)
   int32_t max_seqs = 16;            // sequences running at once
