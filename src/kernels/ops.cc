@@ -185,7 +185,8 @@ static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q
   const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
   const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
   pool.parallel_for(n_q * p.n_heads, [&](int64_t b, int64_t e, int) {
-    std::vector<float> acc(p.d_v);
+    thread_local std::vector<float> acc;  // per worker, grown once (no per-call allocation)
+    acc.resize(size_t(p.d_v));
     for (int64_t qh = b; qh < e; ++qh) {
       const int64_t i = qh / p.n_heads;
       const int32_t h = static_cast<int32_t>(qh % p.n_heads);
