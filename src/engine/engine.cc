@@ -158,7 +158,10 @@ void Engine::Impl::build() {
     const int32_t cal_ctx = std::min<int32_t>(32, ctx - bs.back());
     if (cal_ctx >= 0) so.verify_cost = measure_verify_curve(*target, 0, bs, cal_ctx, 1, &proposer->target_aux());
   }
-  sched = std::make_unique<Scheduler>(*target, proposer.get(), so);
+  Proposer* used = proposer.get();
+  if (opts.wrap_proposer)
+    if (Proposer* w = opts.wrap_proposer(used)) used = w;
+  sched = std::make_unique<Scheduler>(*target, used, so);
 
   info.name = folder_name(opts.model_dir);
   info.vocab_size = target->config().vocab_size;

@@ -326,6 +326,7 @@ bool Scheduler::step() {
       j.anchor = s->tokens.back();
       j.anchor_pos = s->s();
       j.n_draft = drafts ? s->n_draft : 0;
+      j.tokens = &s->tokens;
       j.params = &s->req.sampling;
       j.rng = &s->rng;
       j.out = &s->draft;
