@@ -151,10 +151,15 @@ void Engine::Impl::build() {
   so.prefill_chunk = chunk;
   so.default_block = opts.default_block_size;
   if (proposer && opts.calibrate) {
-    // Seed the auto draft length with a quick cost curve (B = 1, 2, 4, 8, ..., block).
+    // The step cost curve t(R) for auto draft lengths: one sequence's forward of R rows,
+    // R = 1, 2, 4, ..., block, and on to the step budget (a batch of decoders costs about the
+    // rows it carries: the weights are streamed once either way).
     std::vector<int32_t> bs;
-    for (int32_t b = 1; b <= block; b *= 2) bs.push_back(b);
-    if (bs.back() != block) bs.push_back(block);
+    const int32_t top = std::max(block, std::min(chunk, 256));
+    for (int32_t b = 1; b <= top; b *= 2) bs.push_back(b);
+    if (bs.back() < block) bs.push_back(block);
+    std::sort(bs.begin(), bs.end());
+    bs.erase(std::unique(bs.begin(), bs.end()), bs.end());
     const int32_t cal_ctx = std::min<int32_t>(32, ctx - bs.back());
     if (cal_ctx >= 0) so.verify_cost = measure_verify_curve(*target, 0, bs, cal_ctx, 1, &proposer->target_aux());
   }

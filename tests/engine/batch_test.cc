@@ -69,10 +69,12 @@ std::vector<Request> random_requests(int n, int32_t vocab, bool has_drafter, int
     r.ignore_eos = rng() % 2;
     r.speculative = has_drafter && rng() % 4 != 0;
     r.block_size = rng() % 3 == 0 ? kBlockDefault : 1 + int32_t(rng() % block);
+    if (rng() % 5 == 0) r.block_size = kBlockAuto;
     if (rng() % 4 == 0) {
-      r.sampling.temperature = 0.8f;
+      r.sampling.temperature = 0.8f;  // (auto lengths follow timings: fixed blocks at T > 0)
       r.sampling.top_k = rng() % 2 ? 20 : 0;
       r.sampling.seed = rng();
+      if (r.block_size == kBlockAuto) r.block_size = kBlockDefault;
     }
     v.push_back(r);
   }
