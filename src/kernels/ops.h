@@ -97,7 +97,8 @@ struct AttnParams {
 // page_slots is a multiple of 16, unless there is only one page (n_slots ≤ page_slots: a
 // contiguous run of any length). The kernels read K/V only of slots that hold a key; every
 // page pointer of the ceil(n_slots / page_slots) pages must be valid, and the last page needs
-// only its rows below n_slots. Pages may sit anywhere in memory, in any order.
+// only its rows below n_slots (n_slots = 0: no pointer is read, they may be null). Pages may sit
+// anywhere in memory, in any order.
 struct KvPages {
   const float* const* k = nullptr;
   const float* const* v = nullptr;
