@@ -22,6 +22,7 @@ const char* family_name(Family f) {
     case Family::kQwen3: return "qwen3";
     case Family::kDFlashDraft: return "dflash_draft";
     case Family::kMiMoV2: return "mimo_v2";
+    case Family::kGemma3: return "gemma3";
   }
   return "?";
 }

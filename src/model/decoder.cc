@@ -16,6 +16,7 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
     a.rope = intern_rope(ropes_, keys, cfg_.layers[il].rope);
     a.params = attn_params(cfg_.layers[il], a.sinks);
   }
+  head_.final_softcap = cfg_.final_logit_softcap;
   convert_weight(head_.lm_head, opts, owned_, &pool_);  // head_.embed stays as stored (rows are read)
   require_all_used(ck_, cfg_, ignore);
   max_context_ = std::min(opts.max_context, cfg_.max_position_embeddings);
@@ -29,6 +30,7 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
 
 void DecoderLM::embed(const int32_t* tokens, int64_t n, float* out) const {
   head_.embed_rows(tokens, n, out);
+  if (cfg_.embed_scale != 1.0f) ops::scale_inplace(out, n * int64_t(cfg_.hidden_size), cfg_.embed_scale);
 }
 
 void DecoderLM::lm_head(const float* x_normed, int64_t n, float* logits) {
