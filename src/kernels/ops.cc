@@ -91,6 +91,10 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     matmul_q8(x, n_rows, w, y, pool, isa);
     return;
   }
+  if (w.packed_format == kPackedNone && dtype_is_block(w.dtype)) {
+    matmul_ggml(x, n_rows, w, y, pool, isa);
+    return;
+  }
   if (w.packed_format == kPackedAmxBf16 && amx_usable()) {
     thread_local std::vector<uint16_t> xb;
     thread_local std::vector<float> cb;

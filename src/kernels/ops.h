@@ -26,7 +26,10 @@ struct WeightMatrix {
   DType dtype = DType::kF32;
   int64_t n_out = 0;
   int64_t n_in = 0;
-  const void* data = nullptr;     // [n_out, n_in] elements of dtype, contiguous
+  const void* data = nullptr;     // [n_out, n_in] elements of dtype, contiguous; for the GGML
+                                  // block types (kQ8_0 ... kQ6_K) n_out rows of
+                                  // dtype_row_bytes(dtype, n_in) bytes, as GGUF stores them
+                                  // (n_in a multiple of the block size; see ggml_weight())
   const float* scale = nullptr;   // F8 block scales, row-major grid
   int64_t scale_block_out = 128;
   int64_t scale_block_in = 128;
@@ -66,6 +69,10 @@ struct QuantizedQ8 {
   WeightMatrix matrix() const;
   size_t bytes() const { return q.size() + d.size() * sizeof(float); }
 };
+
+// GGML block weights (GGUF): a view of n_out rows × n_in columns of `dtype` blocks at `data`
+// (a GGUF 2-D tensor has ne = [n_in, n_out]). Checks n_in against the block size (DFL_ASSERT).
+WeightMatrix ggml_weight(DType dtype, int64_t n_out, int64_t n_in, const void* data);
 
 // Quantizes any supported weight (F32, BF16, F16, F8_E4M3 + scales) to Q8: per output row, per
 // block of kQ8Block inputs, scale = absmax / 127, q = round-to-nearest-even(w / scale).
@@ -108,7 +115,12 @@ PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool = nullptr);
 namespace ops {
 
 // y[m, :] = x[m, :] · Wᵀ for m < n_rows.     x: [n_rows, n_in]   y: [n_rows, n_out]
-// Weights: F32 / F16 / F8_E4M3 (+ block scales): fp32 math. BF16: on AVX-512 the activations
+// Weights: F32 / F16 / F8_E4M3 (+ block scales): fp32 math. GGML block types (Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): llama.cpp-style — each activation row is quantized per
+// block of 32 to int8 (scale absmax/127, round to nearest even), every (row, output, 32-block)
+// integer dot product is exact, and it is scaled and accumulated in fp32 in a fixed order (see
+// kernels/ggml_matmul.cc); the weight stays in its blocks (read once per call for all rows,
+// unpacked in registers). AVX-512 VNNI and portable code give the same bits. BF16: on AVX-512 the activations
 // are rounded to bf16 (RNE) and multiplied with vdpbf16ps (fp32 accumulation); elsewhere fp32
 // math. Q8 (packed_format kPackedQ8): see above. kPackedAmxBf16 (prepack_weight): AMX tiles,
 // bf16-rounded activations, fp32 accumulation. Each weight is read once for all n_rows rows.
@@ -166,6 +178,11 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
 int64_t argmax(const float* x, int64_t n);
 
 }  // namespace ops
+
+// Dequantizes rows [row0, row0 + n_rows) of `w` (any dtype weight_at supports, including the
+// GGML block types and kPackedQ8) to fp32: out[r * n_in + k]. For embedding lookups; exact
+// (the same values as ref::weight_at).
+void dequantize_rows(const WeightMatrix& w, int64_t row0, int64_t n_rows, float* out);
 
 // Scalar references with the same contracts (the oracle for tests).
 namespace ref {

@@ -25,7 +25,24 @@ struct Q8Act {
   int64_t n_blocks = 0;
 };
 
+// Activations quantized for the GGML block kernels (kernels/ggml_matmul.cc): rows of K int8
+// (row stride K + 256, the padding zeroed), scales per activation block (32 or 256 elements by
+// weight type), sums of q per 16 and per 32 elements.
+struct GgmlAct {
+  const int8_t* q = nullptr;    // [M, K + 256]
+  const float* d = nullptr;     // [M, K / ab]
+  const int32_t* s16 = nullptr; // [M, K / 16]
+  const int32_t* s32 = nullptr; // [M, K / 32]
+  int64_t K = 0;
+};
+// Activation rows a GGML kernel call handles at once (each weight block is unpacked once per
+// chunk).
+constexpr int64_t kGgmlRowChunk = 16;
+
 namespace avx512 {
+// GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
+bool ggml_supported(int dtype);
+void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // x: [M, K] fp32; xb: scratch for M * round_up(K, 32) bf16.
 void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                  uint16_t* xb);
@@ -78,4 +95,7 @@ namespace dfl::ops {
 // Q8 matmul (kernels/q8.cc): quantizes the activations, then runs the kernel of `isa`.
 void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
                IsaLevel isa);
+// GGML block matmul (kernels/ggml_matmul.cc).
+void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
+                 IsaLevel isa);
 }  // namespace dfl::ops

@@ -1,0 +1,260 @@
+// AVX-512 VNNI kernels for the GGML block weights (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K). The math
+// is fixed in kernels/ggml_matmul.cc; these compute the same bits:
+//  * weights are unpacked in registers to unsigned bytes (Q8_0: q + 128) and multiplied with
+//    the int8 activations by vpdpbusd — every integer partial sum is exact, so the reduction
+//    order inside a block does not matter;
+//  * 32-element formats: 8 blocks (one 256-element group) are reduced together into one vector
+//    of 8 block dots (lane b % 8 = block b), scaled and added into the 8 fp32 accumulators with
+//    one masked fma;
+//  * K formats: the sub-block dots are multiplied by their integer scales in the lanes and
+//    reduced once per superblock; the fp part is two scalar fmas per superblock.
+// Each weight block is unpacked once for all M (≤ 16) activation rows.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dfl::cpu::avx512 {
+
+namespace {
+
+inline float h2f(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+inline float reduce8(const float* a) {
+  return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+// 16 bytes of packed nibbles → 32 bytes: low nibbles (elements 0..15) then high (16..31).
+inline __m256i nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+// Unsigned bytes of one 32-element block.
+template <int T>
+inline __m256i unpack32(const uint8_t* b);
+template <>
+inline __m256i unpack32<int(DType::kQ8_0)>(const uint8_t* b) {
+  return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)),
+                          _mm256_set1_epi8(static_cast<char>(0x80)));
+}
+template <>
+inline __m256i unpack32<int(DType::kQ4_0)>(const uint8_t* b) {
+  return nibbles32(b + 2);
+}
+template <>
+inline __m256i unpack32<int(DType::kQ5_0)>(const uint8_t* b) {
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  return _mm256_or_si256(nibbles32(b + 6), _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(16)));
+}
+
+template <int T>
+constexpr int kBlockBytes = T == int(DType::kQ8_0) ? 34 : T == int(DType::kQ4_0) ? 18 : 22;
+template <int T>
+constexpr int kShift = T == int(DType::kQ8_0) ? 7 : T == int(DType::kQ4_0) ? 3 : 4;  // log2 off
+
+// 4 vectors of 16 int32 partial sums (vector i: blocks 2i in lanes 0-7, 2i+1 in lanes 8-15) →
+// the 8 block sums, block b in lane b.
+inline __m256i reduce_blocks(const __m512i v[4]) {
+  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+  const __m256i lo = _mm512_castsi512_si256(c), hi = _mm512_extracti64x4_epi64(c, 1);
+  const __m128i e = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+  const __m128i o = _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+  return _mm256_set_m128i(_mm_unpackhi_epi32(e, o), _mm_unpacklo_epi32(e, o));
+}
+
+template <int T>
+void range32(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
+  constexpr int BB = kBlockBytes<T>;
+  const int64_t K = w.n_in, nb = K / 32, ng = (nb + 7) / 8, ldq = K + 256;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * nb * BB;
+    __m256 acc[kGgmlRowChunk];
+    for (int64_t m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; ++g) {
+      const int nbg = static_cast<int>(imin(8, nb - 8 * g));
+      const uint8_t* gb = row + 8 * g * BB;
+      __m512i wv[4];
+      alignas(32) float wd[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int i = 0; i < 4; ++i) {
+        const __m256i lo = 2 * i < nbg ? unpack32<T>(gb + 2 * i * BB) : _mm256_setzero_si256();
+        const __m256i hi = 2 * i + 1 < nbg ? unpack32<T>(gb + (2 * i + 1) * BB) : _mm256_setzero_si256();
+        wv[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      }
+      for (int i = 0; i < nbg; ++i) wd[i] = h2f(gb + i * BB);
+      const __m256 wdv = _mm256_load_ps(wd);
+      const __mmask8 mk = static_cast<__mmask8>((1u << nbg) - 1);
+      for (int64_t m = 0; m < M; ++m) {
+        const int8_t* xq = a.q + m * ldq + 256 * g;
+        __m512i v[4];
+        for (int i = 0; i < 4; ++i)
+          v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i],
+                                     _mm512_loadu_si512(xq + 64 * i));
+        __m256i dots = reduce_blocks(v);
+        const __m256i bs = _mm256_maskz_loadu_epi32(mk, a.s32 + m * nb + 8 * g);
+        dots = _mm256_sub_epi32(dots, _mm256_slli_epi32(bs, kShift<T>));
+        const __m256 sc = _mm256_mul_ps(wdv, _mm256_maskz_loadu_ps(mk, a.d + m * nb + 8 * g));
+        acc[m] = _mm256_mask3_fmadd_ps(_mm256_cvtepi32_ps(dots), sc, acc[m], mk);
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      alignas(32) float l[8];
+      _mm256_store_ps(l, acc[m]);
+      y[m * w.n_out + n] = reduce8(l);
+    }
+  }
+}
+
+inline void k4_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Q4_K (Q5 = false) and Q5_K (Q5 = true).
+template <bool Q5>
+void range_k45(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
+  constexpr int BB = Q5 ? 176 : 144;
+  const int64_t K = w.n_in, ns = K / 256, ldq = K + 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * ns * BB;
+    alignas(32) float acc[kGgmlRowChunk][8] = {};
+    for (int64_t s = 0; s < ns; ++s) {
+      const uint8_t* blk = row + s * BB;
+      const float d = h2f(blk), dmin = h2f(blk + 2);
+      int sc[8], mn[8];
+      for (int j = 0; j < 8; ++j) k4_scale_min(blk + 4, j, &sc[j], &mn[j]);
+      const uint8_t* qs = blk + (Q5 ? 48 : 16);
+      __m256i qh;
+      if (Q5) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      __m512i wv[4], scv[4];
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (Q5) {
+          lo = _mm256_or_si256(lo, _mm256_maskz_mov_epi8(
+                                       _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c)))), b16));
+          hi = _mm256_or_si256(hi, _mm256_maskz_mov_epi8(
+                                       _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1)))), b16));
+        }
+        wv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        scv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(sc[2 * c])),
+                                    _mm256_set1_epi32(sc[2 * c + 1]), 1);
+      }
+      for (int64_t m = 0; m < M; ++m) {
+        const int8_t* xs = a.q + m * ldq + 256 * s;
+        __m512i t = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[c],
+                                                 _mm512_loadu_si512(xs + 64 * c));
+          t = _mm512_add_epi32(t, _mm512_mullo_epi32(dp, scv[c]));
+        }
+        const int32_t isum = _mm512_reduce_add_epi32(t);
+        const int32_t* s32 = a.s32 + m * (K / 32) + 8 * s;
+        int32_t msum = 0;
+        for (int j = 0; j < 8; ++j) msum += mn[j] * s32[j];
+        const float dx = a.d[m * ns + s];
+        float& l = acc[m][s % 8];
+        l = __builtin_fmaf(static_cast<float>(isum), d * dx, l);
+        l = __builtin_fmaf(-static_cast<float>(msum), dmin * dx, l);
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) y[m * w.n_out + n] = reduce8(acc[m]);
+  }
+}
+
+void range_q6k(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
+  constexpr int BB = 210;
+  const int64_t K = w.n_in, ns = K / 256, ldq = K + 256;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  __m512i idx[4];
+  for (int t = 0; t < 4; ++t)
+    idx[t] = _mm512_set_epi32(4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 2, 4 * t + 2,
+                              4 * t + 2, 4 * t + 2, 4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
+                              4 * t, 4 * t, 4 * t, 4 * t);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * ns * BB;
+    alignas(32) float acc[kGgmlRowChunk][8] = {};
+    for (int64_t s = 0; s < ns; ++s) {
+      const uint8_t* blk = row + s * BB;
+      const float d = h2f(blk + 208);
+      const __m512i scall = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+      __m512i wv[4], scv[4];
+      for (int t = 0; t < 4; ++t) {
+        const int h = t / 2, odd = t % 2;
+        const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+        const __m512i lo = odd ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4) : _mm512_and_si512(ql, m4);
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+        const __m256i qlo = odd ? qh : _mm256_slli_epi16(qh, 4);
+        const __m256i qhi = odd ? _mm256_srli_epi16(qh, 2) : _mm256_slli_epi16(qh, 2);
+        const __m512i hb = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(qlo), qhi, 1), m30);
+        wv[t] = _mm512_or_si512(lo, hb);
+        scv[t] = _mm512_permutexvar_epi32(idx[t], scall);
+      }
+      for (int64_t m = 0; m < M; ++m) {
+        const int8_t* xs = a.q + m * ldq + 256 * s;
+        __m512i t = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[c],
+                                                 _mm512_loadu_si512(xs + 64 * c));
+          t = _mm512_add_epi32(t, _mm512_mullo_epi32(dp, scv[c]));
+        }
+        const __m512i ss = _mm512_loadu_si512(a.s16 + m * (K / 16) + 16 * s);
+        const int32_t corr = _mm512_reduce_add_epi32(_mm512_mullo_epi32(ss, scall));
+        const int32_t isum = _mm512_reduce_add_epi32(t) - 32 * corr;
+        const float dx = a.d[m * ns + s];
+        float& l = acc[m][s % 8];
+        l = __builtin_fmaf(static_cast<float>(isum), d * dx, l);
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) y[m * w.n_out + n] = reduce8(acc[m]);
+  }
+}
+
+}  // namespace
+
+bool ggml_supported(int dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0:
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for(
+      w.n_out,
+      [&](int64_t n0, int64_t n1, int) {
+        switch (w.dtype) {
+          case DType::kQ8_0: return range32<int(DType::kQ8_0)>(a, M, w, y, n0, n1);
+          case DType::kQ4_0: return range32<int(DType::kQ4_0)>(a, M, w, y, n0, n1);
+          case DType::kQ5_0: return range32<int(DType::kQ5_0)>(a, M, w, y, n0, n1);
+          case DType::kQ4_K: return range_k45<false>(a, M, w, y, n0, n1);
+          case DType::kQ5_K: return range_k45<true>(a, M, w, y, n0, n1);
+          case DType::kQ6_K: return range_q6k(a, M, w, y, n0, n1);
+          default: return;
+        }
+      },
+      16);
+}
+
+}  // namespace dfl::cpu::avx512
