@@ -227,6 +227,10 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     a.s32 = s32buf.data() + m0 * (K / 32);
     a.K = K;
     float* ym = y + m0 * w.n_out;
+    if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ4K16) {
+      cpu::avx512::matmul_q4k16(a, M, w, ym, pool);
+      continue;
+    }
     if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
       cpu::avx512::matmul_ggml(a, M, w, ym, pool);
       continue;
@@ -234,6 +238,39 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     pool.parallel_for(
         w.n_out, [&](int64_t n0, int64_t n1, int) { portable_range(a, M, w, ym, n0, n1); }, 16);
   }
+}
+
+PackedWeight prepack_q4k16(const WeightMatrix& w, ThreadPool* pool) {
+  DFL_ASSERT(w.dtype == DType::kQ4_K && w.packed_format == kPackedNone && w.n_in % 256 == 0);
+  const int64_t ns = w.n_in / 256, n_tiles = (w.n_out + 15) / 16, SB = cpu::kQ4K16SuperBytes;
+  PackedWeight p;
+  p.w = w;
+  p.buf.reset(static_cast<size_t>((n_tiles * ns * SB + 1) / 2));
+  uint8_t* base = reinterpret_cast<uint8_t*>(p.buf.data());
+  auto run = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t s = 0; s < ns; ++s) {
+        uint8_t* dst = base + (t * ns + s) * SB;
+        std::memset(dst, 0, static_cast<size_t>(SB));
+        for (int64_t o = 0; o < 16 && t * 16 + o < w.n_out; ++o) {
+          const uint8_t* blk = static_cast<const uint8_t*>(w.data) + (t * 16 + o) * ns * 144 + s * 144;
+          for (int c = 0; c < 4; ++c)
+            for (int g = 0; g < 8; ++g) std::memcpy(dst + (c * 8 + g) * 64 + o * 4, blk + 16 + 32 * c + 4 * g, 4);
+          for (int j = 0; j < 8; ++j) ref::k4_scale_min(blk + 4, j, dst + 2048 + 16 * j + o, dst + 2176 + 16 * j + o);
+          const float d = ref::f16_at(blk), dmin = ref::f16_at(blk + 2);
+          std::memcpy(dst + 2304 + 4 * o, &d, 4);
+          std::memcpy(dst + 2368 + 4 * o, &dmin, 4);
+        }
+      }
+    }
+  };
+  if (pool)
+    pool->parallel_for(n_tiles, run, 16);
+  else
+    run(0, n_tiles, 0);
+  p.w.packed = p.buf.data();
+  p.w.packed_format = kPackedQ4K16;
+  return p;
 }
 
 }  // namespace ops

@@ -91,7 +91,7 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     matmul_q8(x, n_rows, w, y, pool, isa);
     return;
   }
-  if (w.packed_format == kPackedNone && dtype_is_block(w.dtype)) {
+  if ((w.packed_format == kPackedNone || w.packed_format == kPackedQ4K16) && dtype_is_block(w.dtype)) {
     matmul_ggml(x, n_rows, w, y, pool, isa);
     return;
   }
@@ -318,6 +318,8 @@ void set_bf16_prefill_attention(bool on) { ops::g_bf16_prefill_attention = on; }
 bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }
 
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
+  if (w.packed_format == kPackedNone && w.dtype == DType::kQ4_K && cpu_isa() == IsaLevel::kAvx512)
+    return ops::prepack_q4k16(w, pool);
   PackedWeight p;
   p.w = w;
   if (w.packed_format != kPackedNone || w.dtype != DType::kBF16 || !amx_usable()) return p;

@@ -56,7 +56,11 @@ struct WeightMatrix {
 //   kPackedAmxBf16: BF16 weights re-laid out for AMX tiles by prepack_weight(). dtype = kBF16,
 //     `data` still points at the original [n_out, n_in] (used when AMX is off), `packed` at
 //     bf16 [ceil(n_out/16)][ceil(n_in/32)][16 k-pairs][16 n][2], zero-padded.
-enum PackedFormat : int32_t { kPackedNone = 0, kPackedQ8 = 1, kPackedAmxBf16 = 2 };
+//   kPackedQ4K16: Q4_K weights (GGUF) re-laid out by prepack_weight() on AVX-512 machines so
+//     16 outputs share each vector (layout in kernels/cpu/ggml_avx512.cc; same bytes per weight
+//     as Q4_K, 0.59 B); dtype = kQ4_K, `data` still points at the original blocks (used by the
+//     reference and on other ISA levels, which give the same bits).
+enum PackedFormat : int32_t { kPackedNone = 0, kPackedQ8 = 1, kPackedAmxBf16 = 2, kPackedQ4K16 = 3 };
 constexpr int64_t kQ8Block = 64;
 constexpr int64_t kQ8TileN = 16;
 
@@ -108,7 +112,8 @@ struct PackedWeight {
 };
 
 // Load-time repack into the layout this machine's fastest kernel streams. Today: BF16 weights
-// when AMX is usable (core/cpu_features.h amx_usable()) → kPackedAmxBf16; anything else is
+// when AMX is usable (core/cpu_features.h amx_usable()) → kPackedAmxBf16; Q4_K (GGUF) weights
+// when cpu_isa() is AVX-512 → kPackedQ4K16; anything else is
 // returned as is (repacked() == false, no copy). Call once per weight, keep the result.
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool = nullptr);
 

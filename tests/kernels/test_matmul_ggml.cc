@@ -122,3 +122,30 @@ TEST(MatmulGgml, DequantizeRowsEqualsWeightAt) {
 
 }  // namespace
 }  // namespace dfl
+
+namespace dfl {
+namespace {
+
+TEST(MatmulGgml, PrepackedQ4KSameBitsAsBlocks) {
+  ThreadPool p1(1), p2(2);
+  for (int64_t K : {256, 768}) {
+    for (int64_t N : {1, 17, 40}) {
+      const auto wb = random_blocks(DType::kQ4_K, N, K, 21 + static_cast<uint32_t>(N));
+      const WeightMatrix w = ggml_weight(DType::kQ4_K, N, K, wb.data());
+      const PackedWeight pw = prepack_weight(w, &p2);
+      if (cpu_isa() == IsaLevel::kAvx512) EXPECT_EQ(pw.matrix().packed_format, kPackedQ4K16);
+      for (int64_t M : {1, 2, 3, 5, 16, 17, 33}) {
+        const auto x = test::randn(static_cast<size_t>(M * K), 17);
+        std::vector<float> a(M * N), b(M * N);
+        ops::matmul(x.data(), M, w, a.data(), p1);
+        for (ThreadPool* pool : {&p1, &p2}) {
+          ops::matmul(x.data(), M, pw.matrix(), b.data(), *pool);
+          EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "K=" << K << " N=" << N << " M=" << M;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dfl

@@ -38,11 +38,15 @@ struct GgmlAct {
 // Activation rows a GGML kernel call handles at once (each weight block is unpacked once per
 // chunk).
 constexpr int64_t kGgmlRowChunk = 16;
+// Bytes of one (16-output tile, 256-superblock) of the kPackedQ4K16 layout.
+constexpr int64_t kQ4K16SuperBytes = 2048 + 128 + 128 + 64 + 64;
 
 namespace avx512 {
 // GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
 bool ggml_supported(int dtype);
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// Q4_K repacked by prepack_weight (kPackedQ4K16; layout in cpu/ggml_avx512.cc).
+void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // x: [M, K] fp32; xb: scratch for M * round_up(K, 32) bf16.
 void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                  uint16_t* xb);
@@ -95,6 +99,8 @@ namespace dfl::ops {
 // Q8 matmul (kernels/q8.cc): quantizes the activations, then runs the kernel of `isa`.
 void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
                IsaLevel isa);
+// Q4_K → kPackedQ4K16 (kernels/ggml_matmul.cc).
+PackedWeight prepack_q4k16(const WeightMatrix& w, ThreadPool* pool);
 // GGML block matmul (kernels/ggml_matmul.cc).
 void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
                  IsaLevel isa);

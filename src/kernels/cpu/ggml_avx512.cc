@@ -257,4 +257,106 @@ void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, T
       16);
 }
 
+
+// ---- Q4_K repacked for 16 outputs per lane group (ops.h kPackedQ4K16) ---------------------------
+// Per tile of 16 outputs, per superblock (kQ4K16SuperBytes bytes):
+//   qs   [4 c][8 g][16 o][4]  = the ggml qs bytes 32c + 4g .. 32c + 4g + 3 of output o (low
+//                              nibbles: sub-block 2c, high nibbles: sub-block 2c + 1)
+//   sc   [8 j][16 o] u8, m [8 j][16 o] u8, d [16 o] f32, dmin [16 o] f32
+// Lane o of every vector is output o: the integer dots of a sub-block come out per output with
+// no horizontal reduction, then isum / msum and the fp steps are exactly those of the portable
+// kernel (kernels/ggml_matmul.cc).
+namespace {
+
+constexpr int64_t kQ4KQs = 2048, kQ4KSc = 2048, kQ4KM = 2048 + 128, kQ4KD = 2048 + 256,
+                  kQ4KDmin = 2048 + 256 + 64;
+
+inline __m512i bcast4i(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <int MR>
+void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns,
+                 float* acc /* [MR][8][16] */) {
+  const int64_t ldq = a.K + 256, n32 = a.K / 32;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512i isum[MR], msum[MR];
+  for (int r = 0; r < MR; ++r) isum[r] = msum[r] = _mm512_setzero_si512();
+  for (int c = 0; c < 4; ++c) {
+    __m512i dlo[MR], dhi[MR];
+    for (int r = 0; r < MR; ++r) dlo[r] = dhi[r] = _mm512_setzero_si512();
+    for (int g = 0; g < 8; ++g) {
+      const __m512i wv = _mm512_loadu_si512(sb + (c * 8 + g) * 64);
+      const __m512i lo = _mm512_and_si512(wv, m4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+      for (int r = 0; r < MR; ++r) {
+        const int8_t* xq = a.q + (m0 + r) * ldq + 256 * s + 64 * c + 4 * g;
+        dlo[r] = _mm512_dpbusd_epi32(dlo[r], lo, bcast4i(xq));
+        dhi[r] = _mm512_dpbusd_epi32(dhi[r], hi, bcast4i(xq + 32));
+      }
+    }
+    const __m512i sclo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KSc + 32 * c)));
+    const __m512i schi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KSc + 32 * c + 16)));
+    const __m512i mlo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KM + 32 * c)));
+    const __m512i mhi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KM + 32 * c + 16)));
+    for (int r = 0; r < MR; ++r) {
+      isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(_mm512_mullo_epi32(dlo[r], sclo),
+                                                           _mm512_mullo_epi32(dhi[r], schi)));
+      const int32_t* b32 = a.s32 + (m0 + r) * n32 + 8 * s + 2 * c;
+      msum[r] = _mm512_add_epi32(msum[r], _mm512_add_epi32(_mm512_mullo_epi32(mlo, _mm512_set1_epi32(b32[0])),
+                                                           _mm512_mullo_epi32(mhi, _mm512_set1_epi32(b32[1]))));
+    }
+  }
+  const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(sb + kQ4KD));
+  const __m512 dmin = _mm512_loadu_ps(reinterpret_cast<const float*>(sb + kQ4KDmin));
+  for (int r = 0; r < MR; ++r) {
+    const __m512 dx = _mm512_set1_ps(a.d[(m0 + r) * ns + s]);
+    float* ap = acc + (r * 8 + s % 8) * 16;
+    __m512 v = _mm512_loadu_ps(ap);
+    v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, dx), v);
+    v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[r]), _mm512_mul_ps(dmin, dx), v);
+    _mm512_storeu_ps(ap, v);
+  }
+}
+
+void q4k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1) {
+  const int64_t ns = w.n_in / 256;
+  alignas(64) float acc[kGgmlRowChunk * 8 * 16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * ns * kQ4K16SuperBytes;
+    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    for (int64_t s = 0; s < ns; ++s) {
+      const uint8_t* sb = tile + s * kQ4K16SuperBytes;
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        float* ac = acc + m0 * 8 * 16;
+        switch (imin(4, M - m0)) {
+          case 4: q4k16_super<4>(a, m0, sb, s, ns, ac); break;
+          case 3: q4k16_super<3>(a, m0, sb, s, ns, ac); break;
+          case 2: q4k16_super<2>(a, m0, sb, s, ns, ac); break;
+          default: q4k16_super<1>(a, m0, sb, s, ns, ac); break;
+        }
+      }
+    }
+    const int64_t n0 = t * 16;
+    const __mmask16 mk = static_cast<__mmask16>(w.n_out - n0 >= 16 ? 0xFFFF : (1u << (w.n_out - n0)) - 1);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* ap = acc + m * 8 * 16;
+      __m512 l[8];
+      for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
+      const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
+                                     _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
+      _mm512_mask_storeu_ps(y + m * w.n_out + n0, mk, r);
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for((w.n_out + 15) / 16,
+                    [&](int64_t t0, int64_t t1, int) { q4k16_tiles(a, M, w, y, t0, t1); });
+}
+
 }  // namespace dfl::cpu::avx512
