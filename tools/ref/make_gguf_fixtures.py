@@ -110,12 +110,60 @@ def make_model_rows(path: Path) -> None:
           "bytes;", dict(counts))
 
 
+QWEN3_TOKENIZER = Path("/work/shared/data/tokenizers/qwen3/tokenizer.json")
+
+
+def make_qwen3_vocab() -> None:
+    """A tokenizer-only GGUF (no tensors) holding Qwen3's vocabulary and merges the way llama.cpp's
+    convert_hf_to_gguf.py writes a `gpt2` vocabulary: tokens in id order (vocab, then added
+    tokens: special -> CONTROL, else USER_DEFINED), [PAD<i>] fillers up to the model's
+    vocab_size 151936 (UNUSED), merges as "left right", pre = qwen2."""
+    import json
+    j = json.loads(QWEN3_TOKENIZER.read_text())
+    vocab = j["model"]["vocab"]
+    n = 151936
+    toks = [None] * n
+    types = [gguf.TokenType.UNUSED] * n
+    for t, i in vocab.items():
+        toks[i] = t
+        types[i] = gguf.TokenType.NORMAL
+    for a in j["added_tokens"]:
+        toks[a["id"]] = a["content"]
+        types[a["id"]] = gguf.TokenType.CONTROL if a["special"] else gguf.TokenType.USER_DEFINED
+    for i in range(n):
+        if toks[i] is None:
+            toks[i] = f"[PAD{i}]"
+    merges = [" ".join(m) if isinstance(m, list) else m for m in j["model"]["merges"]]
+    w = gguf.GGUFWriter(str(OUT / "qwen3_tokenizer.gguf"), "qwen3")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(toks)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_eos_token_id(151645)
+    w.add_pad_token_id(151643)
+    w.add_bos_token_id(151643)
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    # Committed gzip-compressed (5.9 MB -> 1.7 MB); the C++ test inflates it with zlib.
+    import gzip
+    raw = (OUT / "qwen3_tokenizer.gguf").read_bytes()
+    (OUT / "qwen3_tokenizer.gguf.gz").write_bytes(gzip.compress(raw, 9, mtime=0))
+    (OUT / "qwen3_tokenizer.gguf").unlink()
+    print("wrote", OUT / "qwen3_tokenizer.gguf.gz", (OUT / "qwen3_tokenizer.gguf.gz").stat().st_size, "bytes")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", type=Path, default=None)
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     make_quants()
+    if QWEN3_TOKENIZER.exists():
+        make_qwen3_vocab()
     if a.model:
         make_model_rows(a.model)
 
