@@ -2,7 +2,11 @@
 // activation quantization, dequantize_rows and the portable kernel. The AVX-512 VNNI kernels
 // (cpu/ggml_avx512.cc) compute the same bits.
 //
-// The math (llama.cpp's scheme, written so every ISA level can reproduce it exactly):
+// Default (GgmlActivations::kFp32): per (row, output) 16 fp32 lanes over the dequantized weight
+// row w (ref::dequant_row's exact values): a[k % 16] = fma(w_k, x_k, a[k % 16]) in k order, then
+// y = r2[0] + r2[1] with r8[i] = a[i] + a[i + 8], r4[i] = r8[i] + r8[i + 4], r2[i] = r4[i] + r4[i + 2].
+//
+// kInt8 — the math (llama.cpp's scheme, written so every ISA level can reproduce it exactly):
 //  * Activations: each row is quantized per activation block — 32 elements for the 32-element
 //    weight formats, 256 for the K formats — to int8: d = absmax / 127, id = d ? 1 / d : 0,
 //    q = round-to-nearest-even(x · id) (|q| ≤ 127). Sums of q per 16 elements are kept.
@@ -23,7 +27,9 @@
 // call for verify-sized batches).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -204,10 +210,62 @@ void portable_range(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, flo
 
 }  // namespace
 
+namespace {
+GgmlActivations g_act = [] {
+  const char* e = std::getenv("DFL_GGML_ACT");
+  return e && std::string(e) == "int8" ? GgmlActivations::kInt8 : GgmlActivations::kFp32;
+}();
+
+inline float reduce16(const float* a) {
+  float r8[8], r4[4], r2[2];
+  for (int i = 0; i < 8; ++i) r8[i] = a[i] + a[i + 8];
+  for (int i = 0; i < 4; ++i) r4[i] = r8[i] + r8[i + 4];
+  for (int i = 0; i < 2; ++i) r2[i] = r4[i] + r4[i + 2];
+  return r2[0] + r2[1];
+}
+
+void matmul_f32_portable(const float* x, int64_t M, const WeightMatrix& w, float* y,
+                         ThreadPool& pool) {
+  const int64_t K = w.n_in, rb = dtype_row_bytes(w.dtype, K);
+  pool.parallel_for(
+      w.n_out,
+      [&](int64_t n0, int64_t n1, int) {
+        std::vector<float> buf(static_cast<size_t>(K));
+        for (int64_t n = n0; n < n1; ++n) {
+          ref::dequant_row(w.dtype, static_cast<const uint8_t*>(w.data) + n * rb, K, buf.data());
+          for (int64_t m = 0; m < M; ++m) {
+            const float* xr = x + m * K;
+            float a[16] = {};
+            for (int64_t k = 0; k < K; ++k) a[k % 16] = std::fma(buf[k], xr[k], a[k % 16]);
+            y[m * w.n_out + n] = reduce16(a);
+          }
+        }
+      },
+      16);
+}
+}  // namespace
+
+void set_act_mode(GgmlActivations a) { g_act = a; }
+GgmlActivations act_mode() { return g_act; }
+
 void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y,
                  ThreadPool& pool, IsaLevel isa) {
   const int64_t K = w.n_in;
   DFL_ASSERT(K % dtype_block_elems(w.dtype) == 0);
+  if (g_act == GgmlActivations::kFp32) {
+    for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
+      const int64_t M = std::min<int64_t>(cpu::kGgmlRowChunk, n_rows - m0);
+      if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
+        thread_local std::vector<float> rowbuf;
+        const size_t need = static_cast<size_t>(pool.n_threads() * K);
+        if (rowbuf.size() < need) rowbuf.resize(need);
+        cpu::avx512::matmul_ggml_f32(x + m0 * K, M, w, y + m0 * w.n_out, pool, rowbuf.data());
+      } else {
+        matmul_f32_portable(x + m0 * K, M, w, y + m0 * w.n_out, pool);
+      }
+    }
+    return;
+  }
   const int64_t ab = is_k_type(w.dtype) ? 256 : 32;
   thread_local std::vector<int8_t> qbuf;
   thread_local std::vector<float> dbuf;
@@ -274,4 +332,8 @@ PackedWeight prepack_q4k16(const WeightMatrix& w, ThreadPool* pool) {
 }
 
 }  // namespace ops
+
+void set_ggml_activations(GgmlActivations a) { ops::set_act_mode(a); }
+GgmlActivations ggml_activations() { return ops::act_mode(); }
+
 }  // namespace dfl

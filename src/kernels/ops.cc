@@ -318,7 +318,8 @@ void set_bf16_prefill_attention(bool on) { ops::g_bf16_prefill_attention = on; }
 bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }
 
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
-  if (w.packed_format == kPackedNone && w.dtype == DType::kQ4_K && cpu_isa() == IsaLevel::kAvx512)
+  if (w.packed_format == kPackedNone && w.dtype == DType::kQ4_K && cpu_isa() == IsaLevel::kAvx512 &&
+      ggml_activations() == GgmlActivations::kInt8)
     return ops::prepack_q4k16(w, pool);
   PackedWeight p;
   p.w = w;

@@ -113,7 +113,7 @@ struct PackedWeight {
 
 // Load-time repack into the layout this machine's fastest kernel streams. Today: BF16 weights
 // when AMX is usable (core/cpu_features.h amx_usable()) → kPackedAmxBf16; Q4_K (GGUF) weights
-// when cpu_isa() is AVX-512 → kPackedQ4K16; anything else is
+// when cpu_isa() is AVX-512 and ggml_activations() is kInt8 → kPackedQ4K16; anything else is
 // returned as is (repacked() == false, no copy). Call once per weight, keep the result.
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool = nullptr);
 
@@ -121,11 +121,10 @@ namespace ops {
 
 // y[m, :] = x[m, :] · Wᵀ for m < n_rows.     x: [n_rows, n_in]   y: [n_rows, n_out]
 // Weights: F32 / F16 / F8_E4M3 (+ block scales): fp32 math. GGML block types (Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): llama.cpp-style — each activation row is quantized per
-// block of 32 to int8 (scale absmax/127, round to nearest even), every (row, output, 32-block)
-// integer dot product is exact, and it is scaled and accumulated in fp32 in a fixed order (see
-// kernels/ggml_matmul.cc); the weight stays in its blocks (read once per call for all rows,
-// unpacked in registers). AVX-512 VNNI and portable code give the same bits. BF16: on AVX-512 the activations
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the weight stays in its blocks, read once per call for
+// all rows (up to 16; more rows in chunks of 16), unpacked in registers; fp32 activations by
+// default, llama.cpp-style int8 activations optionally (GgmlActivations below). AVX-512 and
+// portable code give the same bits. BF16: on AVX-512 the activations
 // are rounded to bf16 (RNE) and multiplied with vdpbf16ps (fp32 accumulation); elsewhere fp32
 // math. Q8 (packed_format kPackedQ8): see above. kPackedAmxBf16 (prepack_weight): AMX tiles,
 // bf16-rounded activations, fp32 accumulation. Each weight is read once for all n_rows rows.
@@ -183,6 +182,20 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
 int64_t argmax(const float* x, int64_t n);
 
 }  // namespace ops
+
+// Activation precision of the GGML block matmul (ops::matmul on kQ8_0 ... kQ6_K weights):
+//   kFp32 (default): each weight row is dequantized in registers to exactly ref::weight_at's
+//     values and dotted with the fp32 activations (16 lanes, lane k % 16, fma in k order, then
+//     a fixed pairwise tree) — the fp32-on-dequantized-weights reference (transformers loading
+//     the GGUF) up to summation order.
+//   kInt8: llama.cpp's scheme — activations quantized to int8 per block (see ggml_matmul.cc),
+//     exact integer dots; faster (Q4_K: a repacked 16-output layout, kPackedQ4K16), but the
+//     logits move by ~1e-2 relative, like llama.cpp's.
+// Both are batch invariant and give the same bits on every ISA level. Default from the
+// environment DFL_GGML_ACT=int8|fp32; not thread-safe against running kernels.
+enum class GgmlActivations { kFp32, kInt8 };
+void set_ggml_activations(GgmlActivations a);
+GgmlActivations ggml_activations();
 
 // Dequantizes rows [row0, row0 + n_rows) of `w` (any dtype weight_at supports, including the
 // GGML block types and kPackedQ8) to fp32: out[r * n_in + k]. For embedding lookups; exact
