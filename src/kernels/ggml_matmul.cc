@@ -289,6 +289,10 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
       cpu::avx512::matmul_q4k16(a, M, w, ym, pool);
       continue;
     }
+    if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ32x16) {
+      cpu::avx512::matmul_q32x16(a, M, w, ym, pool);
+      continue;
+    }
     if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
       cpu::avx512::matmul_ggml(a, M, w, ym, pool);
       continue;
@@ -328,6 +332,46 @@ PackedWeight prepack_q4k16(const WeightMatrix& w, ThreadPool* pool) {
     run(0, n_tiles, 0);
   p.w.packed = p.buf.data();
   p.w.packed_format = kPackedQ4K16;
+  return p;
+}
+
+PackedWeight prepack_q32x16(const WeightMatrix& w, ThreadPool* pool) {
+  const DType t = w.dtype;
+  DFL_ASSERT((t == DType::kQ8_0 || t == DType::kQ5_0 || t == DType::kQ4_0) &&
+             w.packed_format == kPackedNone && w.n_in % 32 == 0);
+  const int64_t nb = w.n_in / 32, n_tiles = (w.n_out + 15) / 16, bbsrc = dtype_block_bytes(t);
+  const int64_t qs = t == DType::kQ8_0 ? 512 : 256, qh = t == DType::kQ5_0 ? 64 : 0, BB = qs + qh + 64;
+  PackedWeight p;
+  p.w = w;
+  p.buf.reset(static_cast<size_t>((n_tiles * nb * BB + 1) / 2));
+  uint8_t* base = reinterpret_cast<uint8_t*>(p.buf.data());
+  auto run = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t ti = t0; ti < t1; ++ti) {
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* dst = base + (ti * nb + b) * BB;
+        std::memset(dst, 0, static_cast<size_t>(BB));
+        for (int64_t o = 0; o < 16 && ti * 16 + o < w.n_out; ++o) {
+          const uint8_t* blk = static_cast<const uint8_t*>(w.data) + ((ti * 16 + o) * nb + b) * bbsrc;
+          if (t == DType::kQ8_0) {
+            for (int g = 0; g < 8; ++g)
+              for (int i = 0; i < 4; ++i) dst[g * 64 + o * 4 + i] = static_cast<uint8_t>(blk[2 + 4 * g + i] ^ 0x80);
+          } else {
+            const uint8_t* q = blk + (t == DType::kQ5_0 ? 6 : 2);
+            for (int g = 0; g < 4; ++g) std::memcpy(dst + g * 64 + o * 4, q + 4 * g, 4);
+            if (t == DType::kQ5_0) std::memcpy(dst + 256 + 4 * o, blk + 2, 4);
+          }
+          const float d = ref::f16_at(blk);
+          std::memcpy(dst + qs + qh + 4 * o, &d, 4);
+        }
+      }
+    }
+  };
+  if (pool)
+    pool->parallel_for(n_tiles, run, 16);
+  else
+    run(0, n_tiles, 0);
+  p.w.packed = p.buf.data();
+  p.w.packed_format = kPackedQ32x16;
   return p;
 }
 

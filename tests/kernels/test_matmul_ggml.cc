@@ -141,27 +141,31 @@ TEST(MatmulGgml, DequantizeRowsEqualsWeightAt) {
 namespace dfl {
 namespace {
 
-TEST(MatmulGgml, PrepackedQ4KSameBitsAsBlocks) {
+TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
   for (GgmlActivations mode : {GgmlActivations::kFp32, GgmlActivations::kInt8}) {
+  for (DType t : {DType::kQ4_K, DType::kQ8_0, DType::kQ5_0, DType::kQ4_0}) {
   ActScope act(mode);
   ThreadPool p1(1), p2(2);
-  for (int64_t K : {256, 768}) {
+  const bool k = t == DType::kQ4_K;
+  for (int64_t K : {k ? 256 : 32, k ? 768 : 640}) {
     for (int64_t N : {1, 17, 40}) {
-      const auto wb = random_blocks(DType::kQ4_K, N, K, 21 + static_cast<uint32_t>(N));
-      const WeightMatrix w = ggml_weight(DType::kQ4_K, N, K, wb.data());
+      const auto wb = random_blocks(t, N, K, 21 + static_cast<uint32_t>(N));
+      const WeightMatrix w = ggml_weight(t, N, K, wb.data());
       const PackedWeight pw = prepack_weight(w, &p2);
       if (cpu_isa() == IsaLevel::kAvx512 && mode == GgmlActivations::kInt8)
-        EXPECT_EQ(pw.matrix().packed_format, kPackedQ4K16);
+        EXPECT_EQ(pw.matrix().packed_format, k ? kPackedQ4K16 : kPackedQ32x16);
       for (int64_t M : {1, 2, 3, 5, 16, 17, 33}) {
         const auto x = test::randn(static_cast<size_t>(M * K), 17);
         std::vector<float> a(M * N), b(M * N);
         ops::matmul(x.data(), M, w, a.data(), p1);
         for (ThreadPool* pool : {&p1, &p2}) {
           ops::matmul(x.data(), M, pw.matrix(), b.data(), *pool);
-          EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "K=" << K << " N=" << N << " M=" << M;
+          EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4))
+              << dtype_name(t) << " K=" << K << " N=" << N << " M=" << M;
         }
       }
     }
+  }
   }
   }
 }

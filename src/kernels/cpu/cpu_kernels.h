@@ -48,6 +48,8 @@ void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, T
 // fp32-activation GGML matmul (GgmlActivations::kFp32); rowbuf: n_threads × K floats.
 void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                      float* rowbuf);
+// Q8_0 / Q5_0 / Q4_0 repacked by prepack_weight (kPackedQ32x16; layout in cpu/ggml_avx512.cc).
+void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Q4_K repacked by prepack_weight (kPackedQ4K16; layout in cpu/ggml_avx512.cc).
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // x: [M, K] fp32; xb: scratch for M * round_up(K, 32) bf16.
@@ -104,6 +106,8 @@ void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, 
                IsaLevel isa);
 // Q4_K → kPackedQ4K16 (kernels/ggml_matmul.cc).
 PackedWeight prepack_q4k16(const WeightMatrix& w, ThreadPool* pool);
+// Q8_0 / Q5_0 / Q4_0 → kPackedQ32x16 (kernels/ggml_matmul.cc).
+PackedWeight prepack_q32x16(const WeightMatrix& w, ThreadPool* pool);
 // GGML block matmul (kernels/ggml_matmul.cc).
 void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
                  IsaLevel isa);

@@ -483,3 +483,113 @@ void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y,
 }
 
 }  // namespace dfl::cpu::avx512
+
+// ---- Q8_0 / Q5_0 / Q4_0 repacked for 16 outputs per lane group (ops.h kPackedQ32x16) ----------
+// Per tile of 16 outputs, per 32-block (kQ32x16BlockBytes(T) bytes):
+//   Q8_0: u [8 g][16 o][4] (q + 128, elements 4g..4g+3), d [16] f32
+//   Q5_0 / Q4_0: qs [4 g][16 o][4] (the ggml qs bytes 4g..4g+3: low nibbles = elements 4g + i,
+//         high = 16 + 4g + i), Q5_0 only: qh [16] u32 (bit e = 5th bit of element e), d [16] f32
+// Integer dots per output in the lanes, then exactly the fp steps of the portable int8 kernel.
+namespace dfl::cpu::avx512 {
+namespace {
+
+template <int T>
+constexpr int64_t kQ32Qs = T == int(DType::kQ8_0) ? 512 : 256;
+template <int T>
+constexpr int64_t kQ32Qh = T == int(DType::kQ5_0) ? 64 : 0;
+
+// 4 bits of every lane's qh (bits sh .. sh + 3) spread to bit 4 of its 4 bytes.
+inline __m512i spread_bits(__m512i qh, int sh) {
+  const __m512i x = _mm512_and_si512(_mm512_srli_epi32(qh, static_cast<unsigned>(sh)), _mm512_set1_epi32(0xF));
+  const __m512i s = _mm512_and_si512(_mm512_mullo_epi32(x, _mm512_set1_epi32(0x00204081)),
+                                     _mm512_set1_epi32(0x01010101));
+  return _mm512_slli_epi32(s, 4);
+}
+
+template <int T, int MR>
+void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, float* acc) {
+  const int64_t ldq = a.K + 256, nb = a.K / 32;
+  __m512i dot[MR];
+  for (int r = 0; r < MR; ++r) dot[r] = _mm512_setzero_si512();
+  if (T == int(DType::kQ8_0)) {
+    for (int g = 0; g < 8; ++g) {
+      const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
+      for (int r = 0; r < MR; ++r)
+        dot[r] = _mm512_dpbusd_epi32(dot[r], wv, bcast4i(a.q + (m0 + r) * ldq + 32 * b + 4 * g));
+    }
+  } else {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i qh = _mm512_setzero_si512();
+    if (T == int(DType::kQ5_0)) qh = _mm512_loadu_si512(bp + 256);
+    for (int g = 0; g < 4; ++g) {
+      const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
+      __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+      if (T == int(DType::kQ5_0)) {
+        lo = _mm512_or_si512(lo, spread_bits(qh, 4 * g));
+        hi = _mm512_or_si512(hi, spread_bits(qh, 16 + 4 * g));
+      }
+      for (int r = 0; r < MR; ++r) {
+        const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
+        dot[r] = _mm512_dpbusd_epi32(dot[r], lo, bcast4i(xq));
+        dot[r] = _mm512_dpbusd_epi32(dot[r], hi, bcast4i(xq + 16));
+      }
+    }
+  }
+  const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(bp + kQ32Qs<T> + kQ32Qh<T>));
+  constexpr int shift = kShift<T>;
+  for (int r = 0; r < MR; ++r) {
+    const int32_t corr = a.s32[(m0 + r) * nb + b] << shift;
+    const __m512i dv = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(corr));
+    const __m512 dx = _mm512_set1_ps(a.d[(m0 + r) * nb + b]);
+    float* ap = acc + (r * 8 + b % 8) * 16;
+    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(dv), _mm512_mul_ps(d, dx), _mm512_loadu_ps(ap)));
+  }
+}
+
+template <int T>
+void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1) {
+  const int64_t nb = w.n_in / 32, BB = kQ32Qs<T> + kQ32Qh<T> + 64;
+  alignas(64) float acc[kGgmlRowChunk * 8 * 16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * nb * BB;
+    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* bp = tile + b * BB;
+      _mm_prefetch(reinterpret_cast<const char*>(bp + 4 * BB), _MM_HINT_T0);
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        float* ac = acc + m0 * 8 * 16;
+        switch (imin(4, M - m0)) {
+          case 4: q32x16_block<T, 4>(a, m0, bp, b, ac); break;
+          case 3: q32x16_block<T, 3>(a, m0, bp, b, ac); break;
+          case 2: q32x16_block<T, 2>(a, m0, bp, b, ac); break;
+          default: q32x16_block<T, 1>(a, m0, bp, b, ac); break;
+        }
+      }
+    }
+    const int64_t n0 = t * 16;
+    const __mmask16 mk = static_cast<__mmask16>(w.n_out - n0 >= 16 ? 0xFFFF : (1u << (w.n_out - n0)) - 1);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* ap = acc + m * 8 * 16;
+      __m512 l[8];
+      for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
+      const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
+                                     _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
+      _mm512_mask_storeu_ps(y + m * w.n_out + n0, mk, r);
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
+    switch (w.dtype) {
+      case DType::kQ8_0: return q32x16_tiles<int(DType::kQ8_0)>(a, M, w, y, t0, t1);
+      case DType::kQ5_0: return q32x16_tiles<int(DType::kQ5_0)>(a, M, w, y, t0, t1);
+      case DType::kQ4_0: return q32x16_tiles<int(DType::kQ4_0)>(a, M, w, y, t0, t1);
+      default: return;
+    }
+  });
+}
+
+}  // namespace dfl::cpu::avx512
