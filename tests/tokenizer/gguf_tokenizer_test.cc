@@ -220,3 +220,37 @@ TEST(GgufTokenizer, Errors) {
 
 }  // namespace
 }  // namespace dfl
+
+namespace dfl {
+namespace {
+
+// The oracle fixture for the Gemma 3 engine (tools/ref/make_gemma3_270m_oracle.py) was tokenized
+// by HF; our GGUF-built tokenizer must give the same prompt ids.
+TEST(GgufTokenizer, Gemma3OracleFixturePromptIds) {
+  const std::string path = cache_model_path();
+  if (!file_exists(path))
+    GTEST_SKIP() << "real model absent: " << path << " (run tools/models/gemma3_270m.sh)";
+  const Tokenizer tok = gguf_tokenizer(GgufFile(path));
+  const std::string root = std::getenv("DFL_ROOT") ? std::getenv("DFL_ROOT") : ".";
+  const json& o = test::load_json(root + "/tests/fixtures/gguf/gemma3_270m_oracle.json");
+  ASSERT_EQ(o["prompts"].size(), 20u);
+  for (const json& p : o["prompts"]) {
+    EXPECT_EQ(tok.encode(p["text"].get<std::string>(), true), p["ids"].get<std::vector<int32_t>>())
+        << p["text"];
+    EXPECT_EQ(p["greedy"].size(), 32u);
+    EXPECT_EQ(p["top20_ids"].size(), 20u);
+  }
+  const json& tf = o["teacher_forced"];
+  EXPECT_GE(tf["top1"].size(), 2000u);
+  EXPECT_EQ(tf["top1"].size(), tf["ids"].size());
+  const std::string src = tf["source"].get<std::string>();
+  if (file_exists(src)) {  // the text itself is not committed; its ids are
+    const auto ids = tok.encode(read_text_file(src), true);
+    const auto want = tf["ids"].get<std::vector<int32_t>>();
+    ASSERT_GE(ids.size(), want.size());
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), ids.begin()));
+  }
+}
+
+}  // namespace
+}  // namespace dfl
