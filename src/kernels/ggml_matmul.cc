@@ -289,6 +289,10 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
       cpu::avx512::matmul_q4k16(a, M, w, ym, pool);
       continue;
     }
+    if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ6K16) {
+      cpu::avx512::matmul_q6k16(a, M, w, ym, pool);
+      continue;
+    }
     if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ32x16) {
       cpu::avx512::matmul_q32x16(a, M, w, ym, pool);
       continue;
@@ -332,6 +336,43 @@ PackedWeight prepack_q4k16(const WeightMatrix& w, ThreadPool* pool) {
     run(0, n_tiles, 0);
   p.w.packed = p.buf.data();
   p.w.packed_format = kPackedQ4K16;
+  return p;
+}
+
+PackedWeight prepack_q6k16(const WeightMatrix& w, ThreadPool* pool) {
+  DFL_ASSERT(w.dtype == DType::kQ6_K && w.packed_format == kPackedNone && w.n_in % 256 == 0);
+  const int64_t ns = w.n_in / 256, n_tiles = (w.n_out + 15) / 16, SB = cpu::kQ6K16SuperBytes;
+  PackedWeight p;
+  p.w = w;
+  p.buf.reset(static_cast<size_t>((n_tiles * ns * SB + 1) / 2));
+  uint8_t* base = reinterpret_cast<uint8_t*>(p.buf.data());
+  auto run = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t s = 0; s < ns; ++s) {
+        uint8_t* dst = base + (t * ns + s) * SB;
+        std::memset(dst, 0, static_cast<size_t>(SB));
+        for (int64_t o = 0; o < 16 && t * 16 + o < w.n_out; ++o) {
+          const uint8_t* blk = static_cast<const uint8_t*>(w.data) + ((t * 16 + o) * ns + s) * 210;
+          for (int h = 0; h < 2; ++h)
+            for (int pp = 0; pp < 2; ++pp)
+              for (int lg = 0; lg < 8; ++lg)
+                std::memcpy(dst + ((h * 2 + pp) * 8 + lg) * 64 + o * 4, blk + 64 * h + 32 * pp + 4 * lg, 4);
+          for (int h = 0; h < 2; ++h)
+            for (int lg = 0; lg < 8; ++lg)
+              std::memcpy(dst + 2048 + (h * 8 + lg) * 64 + o * 4, blk + 128 + 32 * h + 4 * lg, 4);
+          for (int j = 0; j < 16; ++j) dst[3072 + 16 * j + o] = blk[192 + j];
+          const float d = ref::f16_at(blk + 208);
+          std::memcpy(dst + 3072 + 256 + 4 * o, &d, 4);
+        }
+      }
+    }
+  };
+  if (pool)
+    pool->parallel_for(n_tiles, run, 16);
+  else
+    run(0, n_tiles, 0);
+  p.w.packed = p.buf.data();
+  p.w.packed_format = kPackedQ6K16;
   return p;
 }
 

@@ -92,7 +92,8 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     return;
   }
   if ((w.packed_format == kPackedNone || w.packed_format == kPackedQ4K16 ||
-       w.packed_format == kPackedQ32x16) && dtype_is_block(w.dtype)) {
+       w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ6K16) &&
+      dtype_is_block(w.dtype)) {
     matmul_ggml(x, n_rows, w, y, pool, isa);
     return;
   }
@@ -326,6 +327,9 @@ PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
       ggml_activations() == GgmlActivations::kInt8 &&
       (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 || w.dtype == DType::kQ4_0))
     return ops::prepack_q32x16(w, pool);
+  if (w.packed_format == kPackedNone && w.dtype == DType::kQ6_K && cpu_isa() == IsaLevel::kAvx512 &&
+      ggml_activations() == GgmlActivations::kInt8)
+    return ops::prepack_q6k16(w, pool);
   PackedWeight p;
   p.w = w;
   if (w.packed_format != kPackedNone || w.dtype != DType::kBF16 || !amx_usable()) return p;

@@ -63,7 +63,8 @@ struct WeightMatrix {
 //   kPackedQ32x16: Q8_0 / Q5_0 / Q4_0 (GGUF) the same way (16 outputs per vector; Q8_0 1.125,
 //     Q5_0 0.75, Q4_0 0.625 bytes per weight), dtype unchanged, `data` still the original.
 enum PackedFormat : int32_t {
-  kPackedNone = 0, kPackedQ8 = 1, kPackedAmxBf16 = 2, kPackedQ4K16 = 3, kPackedQ32x16 = 4
+  kPackedNone = 0, kPackedQ8 = 1, kPackedAmxBf16 = 2, kPackedQ4K16 = 3, kPackedQ32x16 = 4,
+  kPackedQ6K16 = 5  // Q6_K likewise (0.83 bytes per weight)
 };
 constexpr int64_t kQ8Block = 64;
 constexpr int64_t kQ8TileN = 16;
@@ -117,8 +118,8 @@ struct PackedWeight {
 
 // Load-time repack into the layout this machine's fastest kernel streams. Today: BF16 weights
 // when AMX is usable (core/cpu_features.h amx_usable()) → kPackedAmxBf16; Q4_K (GGUF) weights
-// when cpu_isa() is AVX-512 and ggml_activations() is kInt8 → kPackedQ4K16, Q8_0 / Q5_0 / Q4_0
-// likewise → kPackedQ32x16 (set the activation mode before loading); anything else is
+// when cpu_isa() is AVX-512 and ggml_activations() is kInt8 → kPackedQ4K16, Q6_K → kPackedQ6K16,
+// Q8_0 / Q5_0 / Q4_0 → kPackedQ32x16 (set the activation mode before loading); anything else is
 // returned as is (repacked() == false, no copy). Call once per weight, keep the result.
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool = nullptr);
 

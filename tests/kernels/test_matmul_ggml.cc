@@ -143,17 +143,18 @@ namespace {
 
 TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
   for (GgmlActivations mode : {GgmlActivations::kFp32, GgmlActivations::kInt8}) {
-  for (DType t : {DType::kQ4_K, DType::kQ8_0, DType::kQ5_0, DType::kQ4_0}) {
+  for (DType t : {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0, DType::kQ5_0, DType::kQ4_0}) {
   ActScope act(mode);
   ThreadPool p1(1), p2(2);
-  const bool k = t == DType::kQ4_K;
+  const bool k = t == DType::kQ4_K || t == DType::kQ6_K;
   for (int64_t K : {k ? 256 : 32, k ? 768 : 640}) {
     for (int64_t N : {1, 17, 40}) {
       const auto wb = random_blocks(t, N, K, 21 + static_cast<uint32_t>(N));
       const WeightMatrix w = ggml_weight(t, N, K, wb.data());
       const PackedWeight pw = prepack_weight(w, &p2);
       if (cpu_isa() == IsaLevel::kAvx512 && mode == GgmlActivations::kInt8)
-        EXPECT_EQ(pw.matrix().packed_format, k ? kPackedQ4K16 : kPackedQ32x16);
+        EXPECT_EQ(pw.matrix().packed_format,
+                  t == DType::kQ4_K ? kPackedQ4K16 : t == DType::kQ6_K ? kPackedQ6K16 : kPackedQ32x16);
       for (int64_t M : {1, 2, 3, 5, 16, 17, 33}) {
         const auto x = test::randn(static_cast<size_t>(M * K), 17);
         std::vector<float> a(M * N), b(M * N);

@@ -40,6 +40,8 @@ struct GgmlAct {
 constexpr int64_t kGgmlRowChunk = 16;
 // Bytes of one (16-output tile, 256-superblock) of the kPackedQ4K16 layout.
 constexpr int64_t kQ4K16SuperBytes = 2048 + 128 + 128 + 64 + 64;
+// ... of the kPackedQ6K16 layout (ql 2048, qh 1024, sc 256, d 64).
+constexpr int64_t kQ6K16SuperBytes = 2048 + 1024 + 256 + 64;
 
 namespace avx512 {
 // GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
@@ -48,6 +50,8 @@ void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, T
 // fp32-activation GGML matmul (GgmlActivations::kFp32); rowbuf: n_threads × K floats.
 void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                      float* rowbuf);
+// Q6_K repacked by prepack_weight (kPackedQ6K16; layout in cpu/ggml_avx512.cc).
+void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Q8_0 / Q5_0 / Q4_0 repacked by prepack_weight (kPackedQ32x16; layout in cpu/ggml_avx512.cc).
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Q4_K repacked by prepack_weight (kPackedQ4K16; layout in cpu/ggml_avx512.cc).
@@ -106,6 +110,8 @@ void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, 
                IsaLevel isa);
 // Q4_K → kPackedQ4K16 (kernels/ggml_matmul.cc).
 PackedWeight prepack_q4k16(const WeightMatrix& w, ThreadPool* pool);
+// Q6_K → kPackedQ6K16 (kernels/ggml_matmul.cc).
+PackedWeight prepack_q6k16(const WeightMatrix& w, ThreadPool* pool);
 // Q8_0 / Q5_0 / Q4_0 → kPackedQ32x16 (kernels/ggml_matmul.cc).
 PackedWeight prepack_q32x16(const WeightMatrix& w, ThreadPool* pool);
 // GGML block matmul (kernels/ggml_matmul.cc).

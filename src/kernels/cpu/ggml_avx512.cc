@@ -593,3 +593,98 @@ void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
 }
 
 }  // namespace dfl::cpu::avx512
+
+// ---- Q6_K repacked for 16 outputs per lane group (ops.h kPackedQ6K16) ---------------------------
+// Per tile of 16 outputs, per superblock (kQ6K16SuperBytes):
+//   ql [2 h][2 p][8 lg][16 o][4] = ggml ql bytes 64h + 32p + 4lg .. +3 of output o
+//   qh [2 h][8 lg][16 o][4]      = ggml qh bytes 32h + 4lg .. +3
+//   sc [16 j][16 o] i8, d [16 o] f32
+// Element e = 128h + 32g + 4lg + i takes the low (g < 2) or high (g ≥ 2) nibble of ql[h][g % 2]
+// and bits 2g, 2g + 1 of qh[h]; its sub-block is j = e / 16.
+namespace dfl::cpu::avx512 {
+namespace {
+
+template <int MR>
+void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, float* acc) {
+  const int64_t ldq = a.K + 256, n16 = a.K / 16;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  __m512i isum[MR];
+  for (int r = 0; r < MR; ++r) isum[r] = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    for (int g = 0; g < 4; ++g) {
+      for (int half = 0; half < 2; ++half) {  // sub-block j = 8h + 2g + half: lg = 4 half .. +3
+        const int j = 8 * h + 2 * g + half;
+        __m512i dj[MR];
+        for (int r = 0; r < MR; ++r) dj[r] = _mm512_setzero_si512();
+        for (int l4 = 0; l4 < 4; ++l4) {
+          const int lg = 4 * half + l4;
+          const __m512i qlv = _mm512_loadu_si512(sb + ((h * 2 + g % 2) * 8 + lg) * 64);
+          const __m512i qhv = _mm512_loadu_si512(sb + 2048 + (h * 8 + lg) * 64);
+          const __m512i lo = g < 2 ? _mm512_and_si512(qlv, m4) : _mm512_and_si512(_mm512_srli_epi16(qlv, 4), m4);
+          __m512i hb;
+          switch (g) {
+            case 0: hb = _mm512_slli_epi16(qhv, 4); break;
+            case 1: hb = _mm512_slli_epi16(qhv, 2); break;
+            case 2: hb = qhv; break;
+            default: hb = _mm512_srli_epi16(qhv, 2); break;
+          }
+          const __m512i u = _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
+          const int e = 128 * h + 32 * g + 4 * lg;
+          for (int r = 0; r < MR; ++r)
+            dj[r] = _mm512_dpbusd_epi32(dj[r], u, bcast4i(a.q + (m0 + r) * ldq + 256 * s + e));
+        }
+        const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 3072 + 16 * j)));
+        for (int r = 0; r < MR; ++r) {
+          const int32_t c = 32 * a.s16[(m0 + r) * n16 + 16 * s + j];
+          isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(dj[r], _mm512_set1_epi32(c)), scv));
+        }
+      }
+    }
+  }
+  const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(sb + 3072 + 256));
+  for (int r = 0; r < MR; ++r) {
+    const __m512 dx = _mm512_set1_ps(a.d[(m0 + r) * ns + s]);
+    float* ap = acc + (r * 8 + s % 8) * 16;
+    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, dx), _mm512_loadu_ps(ap)));
+  }
+}
+
+void q6k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1) {
+  const int64_t ns = w.n_in / 256;
+  alignas(64) float acc[kGgmlRowChunk * 8 * 16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * ns * kQ6K16SuperBytes;
+    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    for (int64_t s = 0; s < ns; ++s) {
+      const uint8_t* sb = tile + s * kQ6K16SuperBytes;
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        float* ac = acc + m0 * 8 * 16;
+        switch (imin(4, M - m0)) {
+          case 4: q6k16_super<4>(a, m0, sb, s, ns, ac); break;
+          case 3: q6k16_super<3>(a, m0, sb, s, ns, ac); break;
+          case 2: q6k16_super<2>(a, m0, sb, s, ns, ac); break;
+          default: q6k16_super<1>(a, m0, sb, s, ns, ac); break;
+        }
+      }
+    }
+    const int64_t n0 = t * 16;
+    const __mmask16 mk = static_cast<__mmask16>(w.n_out - n0 >= 16 ? 0xFFFF : (1u << (w.n_out - n0)) - 1);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* ap = acc + m * 8 * 16;
+      __m512 l[8];
+      for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
+      const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
+                                     _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
+      _mm512_mask_storeu_ps(y + m * w.n_out + n0, mk, r);
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for((w.n_out + 15) / 16,
+                    [&](int64_t t0, int64_t t1, int) { q6k16_tiles(a, M, w, y, t0, t1); });
+}
+
+}  // namespace dfl::cpu::avx512
