@@ -40,7 +40,7 @@
 namespace dfl {
 
 WeightMatrix ggml_weight(DType dtype, int64_t n_out, int64_t n_in, const void* data) {
-  DFL_ASSERT(n_in % dtype_block_elems(dtype) == 0);
+  DFL_ASSERT(n_in % dtype_block_elems(dtype) == 0);  // also works for F32 / F16 / BF16
   WeightMatrix w;
   w.dtype = dtype;
   w.n_out = n_out;
@@ -50,7 +50,8 @@ WeightMatrix ggml_weight(DType dtype, int64_t n_out, int64_t n_in, const void* d
 }
 
 void dequantize_rows(const WeightMatrix& w, int64_t row0, int64_t n_rows, float* out) {
-  if (w.packed_format == kPackedNone && dtype_is_block(w.dtype)) {
+  // Block dtypes keep the original blocks in `data` whatever their repacked copy.
+  if (w.packed_format != kPackedQ8 && dtype_is_block(w.dtype)) {
     const int64_t rb = dtype_row_bytes(w.dtype, w.n_in);
     for (int64_t r = 0; r < n_rows; ++r)
       ref::dequant_row(w.dtype, static_cast<const uint8_t*>(w.data) + (row0 + r) * rb, w.n_in,

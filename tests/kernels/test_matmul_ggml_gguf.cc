@@ -121,3 +121,31 @@ TEST(Gemma3_270M, MatmulOnRealWeightsCloseToReference) {
 
 }  // namespace
 }  // namespace dfl
+
+#include "engine/gguf_weights.h"
+
+namespace dfl {
+namespace {
+
+TEST(Gemma3_270M, GgufWeightViewsAndEmbeddingRows) {
+  NEED_GEMMA3_270M(path);
+  GgufFile f(path);
+  const WeightMatrix emb = gguf_weight(f, "token_embd.weight");
+  EXPECT_EQ(emb.dtype, DType::kQ8_0);
+  EXPECT_EQ(emb.n_out, 262144);
+  EXPECT_EQ(emb.n_in, 640);
+  const WeightMatrix norm = gguf_weight(f, "output_norm.weight");
+  EXPECT_EQ(norm.dtype, DType::kF32);
+  EXPECT_EQ(norm.n_out, 1);
+  // dequantize_rows on a repacked weight still reads the original blocks.
+  ThreadPool pool(2);
+  const WeightMatrix q = gguf_weight(f, "blk.0.ffn_down.weight");
+  const PackedWeight pq = prepack_weight(q, &pool);
+  std::vector<float> a(q.n_in), b(q.n_in);
+  dequantize_rows(q, 7, 1, a.data());
+  dequantize_rows(pq.matrix(), 7, 1, b.data());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+}
+
+}  // namespace
+}  // namespace dfl
