@@ -470,7 +470,23 @@ void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y,
         float* buf = rowbuf_all + static_cast<int64_t>(tid) * K;
         for (int64_t n = n0; n < n1; ++n) {
           deq_row(static_cast<int>(w.dtype), static_cast<const uint8_t*>(w.data) + n * rb, K, buf);
-          for (int64_t m = 0; m < M; ++m) {
+          int64_t m = 0;
+          for (; m + 4 <= M; m += 4) {  // 4 rows share each weight load; per-row order unchanged
+            const float* x0 = x + m * K;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t k = 0; k < K; k += 16) {
+              const __m512 wv = _mm512_loadu_ps(buf + k);
+              a0 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + k), a0);
+              a1 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + K + k), a1);
+              a2 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + 2 * K + k), a2);
+              a3 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + 3 * K + k), a3);
+            }
+            y[m * w.n_out + n] = reduce16(a0);
+            y[(m + 1) * w.n_out + n] = reduce16(a1);
+            y[(m + 2) * w.n_out + n] = reduce16(a2);
+            y[(m + 3) * w.n_out + n] = reduce16(a3);
+          }
+          for (; m < M; ++m) {
             const float* xr = x + m * K;
             __m512 acc = _mm512_setzero_ps();
             for (int64_t k = 0; k < K; k += 16)
