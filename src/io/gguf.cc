@@ -407,12 +407,13 @@ GgufHeader parse_gguf(const uint8_t* data, size_t size, const std::string& origi
 
 GgufFile::GgufFile(const std::string& path) : map_(path) {
   h_ = parse_gguf(map_.data(), map_.size(), path);
+  index_.reserve(h_.tensors.size());
+  for (size_t i = 0; i < h_.tensors.size(); ++i) index_.emplace(h_.tensors[i].name, i);
 }
 
 const GgufTensor* GgufFile::find_tensor(std::string_view name) const {
-  for (const auto& t : h_.tensors)
-    if (t.name == name) return &t;
-  return nullptr;
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &h_.tensors[it->second];
 }
 
 const GgufTensor& GgufFile::tensor(std::string_view name) const {

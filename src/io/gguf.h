@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/dtype.h"
@@ -121,7 +122,7 @@ class GgufFile {
   const GgufHeader& header() const { return h_; }
   uint32_t version() const { return h_.version; }
   const std::vector<GgufTensor>& tensors() const { return h_.tensors; }
-  const GgufTensor* find_tensor(std::string_view name) const;
+  const GgufTensor* find_tensor(std::string_view name) const;  // hashed lookup
   // Throws "tensor 'x' not found".
   const GgufTensor& tensor(std::string_view name) const;
 
@@ -151,6 +152,7 @@ class GgufFile {
   const GgufValue& need(std::string_view key) const;
   MappedFile map_;
   GgufHeader h_;
+  std::unordered_map<std::string_view, size_t> index_;  // tensor name (view into the mapping) → index
 };
 
 }  // namespace dfl
