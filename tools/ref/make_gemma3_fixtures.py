@@ -58,6 +58,11 @@ def build_model(cfg, seed):
     model = Gemma3ForCausalLM(cfg).to(torch.float32)
     model.config._attn_implementation = "eager"
     fc.random_init_(model, seed, std=0.15, norm_jitter=0.1)
+    # Gemma stores zero-centred norm weights (applied as 1 + w): centre them at 0 like real ones.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and p.dim() == 1:
+                p.sub_(1.0)
     model.eval()
     return model
 
