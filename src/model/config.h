@@ -67,7 +67,8 @@ struct MiMoSpec {
 };
 
 struct ModelConfig {
-  std::string dir;             // folder it was read from
+  std::string dir;             // folder it was read from (or the .gguf file)
+  bool gguf = false;           // read from GGUF metadata (tensors in the same file)
   std::string architecture;    // architectures[0]
   std::string model_type;
   Family family = Family::kQwen3;

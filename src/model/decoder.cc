@@ -4,10 +4,19 @@
 
 #include "core/error.h"
 
+#include "model/family.h"
+
 namespace dfl {
 
+std::unique_ptr<Checkpoint> open_checkpoint(const ModelConfig& cfg) {
+  if (!cfg.gguf) return std::make_unique<Checkpoint>(cfg.dir);
+  const FamilyEntry& f = family_of(cfg);
+  DFL_CHECK(f.gguf_tensor_name, "'", cfg.dir, "': no GGUF tensor names for ", cfg.architecture);
+  return std::make_unique<Checkpoint>(cfg.dir, [&](std::string_view n) { return f.gguf_tensor_name(n); });
+}
+
 DecoderLM::DecoderLM(ModelConfig cfg, ThreadPool& pool)
-    : cfg_(std::move(cfg)), ck_(cfg_.dir), pool_(pool) {}
+    : cfg_(std::move(cfg)), ck_owned_(open_checkpoint(cfg_)), ck_(*ck_owned_), pool_(pool) {}
 
 void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::string>& ignore) {
   std::vector<std::pair<RopeSpec, float>> keys;

@@ -33,6 +33,20 @@ const FamilyEntry* find_family(const nlohmann::json& root, const std::string& ar
   return nullptr;
 }
 
+const FamilyEntry* find_gguf_family(const std::string& arch) {
+  for (const FamilyEntry* f : all_families())
+    if (std::find(f->gguf_architectures.begin(), f->gguf_architectures.end(), arch) !=
+        f->gguf_architectures.end())
+      return f;
+  return nullptr;
+}
+
+const FamilyEntry& family_of(const ModelConfig& c) {
+  for (const FamilyEntry* f : all_families())
+    if (f->family == c.family) return *f;
+  throw Error(str("no family entry for '", c.architecture, "'"));
+}
+
 std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg) {
   std::vector<KvLayerSpec> kvs;
   for (const auto& l : cfg.layers)

@@ -8,6 +8,7 @@
 // rope_local_base_freq (1e4) on sliding layers, rope_theta (1e6, linear ×8 on 4B+ when
 // rope_scaling says so) on global ones; transformers-5 `rope_parameters` per layer type too.
 // Only loading and config live here: the forward is the shared decoder skeleton.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -64,7 +65,7 @@ void parse_gemma3(const json& root, ModelConfig& c, const ConfigOptions&) {
     DFL_CHECK(*cap > 0, "config: final_logit_softcapping must be positive");
     c.final_logit_softcap = static_cast<float>(*cap);
   }
-  c.norm_plus_one = true;
+  c.norm_plus_one = opt_bool(root, "dfl_norm_plus_one").value_or(true);  // false: GGUF (folded)
   c.embed_scale = std::sqrt(static_cast<float>(c.hidden_size));
   const LayerSpec proto = base_layer(tr, c);
   const double qpas = opt_num(tr, "query_pre_attn_scalar").value_or(proto.head_dim);
@@ -92,6 +93,74 @@ void parse_gemma3(const json& root, ModelConfig& c, const ConfigOptions&) {
     l.rope = rope_of_kind(tr, global, l.head_dim);
     l.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
   }
+}
+
+// GGUF (llama.cpp's converter, `general.architecture` = gemma3): the metadata as the HF config
+// it came from. llama.cpp hard-codes what the file does not store: sliding_window_pattern 6, the
+// local RoPE base 1e4, query_pre_attn_scalar = head_dim (hidden / heads on the 62-layer 27B), and
+// the converter folded the +1 of every norm into the stored weights (so norms are applied as w).
+json gemma3_gguf_config(const GgufFile& f) {
+  const std::string a = "gemma3.";
+  json c;
+  c["architectures"] = {"Gemma3ForCausalLM"};
+  c["model_type"] = "gemma3_text";
+  const uint32_t H = f.get_u32(a + "embedding_length"), L = f.get_u32(a + "block_count");
+  const uint32_t nh = f.get_u32(a + "attention.head_count");
+  const uint32_t hd = f.get_u32_or(a + "attention.key_length", H / std::max(1u, nh));
+  c["hidden_size"] = H;
+  c["num_hidden_layers"] = L;
+  c["intermediate_size"] = f.get_u32(a + "feed_forward_length");
+  c["num_attention_heads"] = nh;
+  c["num_key_value_heads"] = f.get_u32_or(a + "attention.head_count_kv", nh);
+  c["head_dim"] = hd;
+  c["v_head_dim"] = f.get_u32_or(a + "attention.value_length", hd);
+  c["max_position_embeddings"] = f.get_u32_or(a + "context_length", 131072);
+  c["rms_norm_eps"] = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  c["sliding_window"] = f.get_u32(a + "attention.sliding_window");
+  c["sliding_window_pattern"] = f.get_u32_or(a + "attention.sliding_window_pattern", 6);
+  c["rope_theta"] = f.get_f32_or(a + "rope.freq_base", 1e6f);
+  c["rope_local_base_freq"] = f.get_f32_or(a + "rope.freq_base_swa", 1e4f);
+  if (f.has(a + "rope.scaling.type") && f.get_string(a + "rope.scaling.type") != "none")
+    c["rope_scaling"] = {{"rope_type", f.get_string(a + "rope.scaling.type")},
+                         {"factor", f.get_f32(a + "rope.scaling.factor")}};
+  c["query_pre_attn_scalar"] = L == 62 ? H / nh : hd;
+  if (f.has(a + "final_logit_softcapping"))
+    c["final_logit_softcapping"] = f.get_f32(a + "final_logit_softcapping");
+  const GgufTensor& emb = f.tensor("token_embd.weight");
+  c["vocab_size"] = emb.rows();
+  c["tie_word_embeddings"] = f.find_tensor("output.weight") == nullptr;
+  c["dfl_norm_plus_one"] = false;
+  return c;
+}
+
+std::string gemma3_gguf_name(std::string_view n) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  for (const auto& [g, h] : kTop)
+    if (n == g) return h;
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"}};
+  if (!n.starts_with("blk.")) return std::string(n);  // unknown: kept, refused as unused later
+  const size_t dot = n.find('.', 4);
+  if (dot == std::string_view::npos) return std::string(n);
+  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
+  for (const auto& [g, h] : kLayer)
+    if (rest == g) return str("model.layers.", il, ".", h);
+  return std::string(n);
 }
 
 class Gemma3Model final : public DecoderLM {
@@ -149,6 +218,12 @@ std::unique_ptr<CausalLM> make_gemma3(ModelConfig cfg, const LoadOptions& opts, 
 
 const FamilyEntry kGemma3Family = {Family::kGemma3,
                                    {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"},
-                                   {"gemma3_text", "gemma3"}, nullptr, parse_gemma3, make_gemma3};
+                                   {"gemma3_text", "gemma3"},
+                                   nullptr,
+                                   parse_gemma3,
+                                   make_gemma3,
+                                   {"gemma3"},
+                                   gemma3_gguf_config,
+                                   gemma3_gguf_name};
 
 }  // namespace dfl
