@@ -350,8 +350,7 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
 bool Scheduler::step() {
   admit();
   if (running_.empty()) return false;
-  std::vector<Seq*> batch;
-  batch.reserve(running_.size());
+  std::vector<Seq*>& batch = batch_;  // reused: no allocation per step once warm
   if (!plan_and_reserve(batch)) return !idle();
   ++steps_;
   const int64_t V = vocab_;

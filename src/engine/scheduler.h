@@ -118,6 +118,7 @@ class Scheduler {
   BatchOut bo_;
   std::vector<ProposeJob> jobs_;
   std::vector<float> scratch_;
+  std::vector<Seq*> batch_;     // this step's sequences, in segment order
   std::vector<Seq*> auto_seqs_;  // per-step scratch of plan_and_reserve
   std::vector<int32_t> auto_caps_, auto_len_;
   std::vector<const BlockPolicy*> auto_pol_;
