@@ -86,7 +86,8 @@ class DFlashDraftModel {
                     std::vector<float>* hidden);
 
   ModelConfig cfg_;
-  Checkpoint ck_;
+  std::unique_ptr<Checkpoint> ck_owned_;  // safetensors folder or GGUF file (z-lab names)
+  Checkpoint& ck_;
   ThreadPool& pool_;
   std::string prefix_;                 // "" (z-lab) or "model."
   WeightMatrix fc_;                    // [H, K·H_t]

@@ -1,11 +1,13 @@
 #include "model/dflash_draft.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "core/mmap.h"
 #include "io/torch_pickle.h"
 #include "model/config_json.h"
+#include "model/decoder.h"
 #include "model/family.h"
 #include "model/weights.h"
 
@@ -95,10 +97,95 @@ bool claims_dflash(const nlohmann::json& root) {
   return root.is_object() && root.contains("dflash_config");
 }
 
+// GGUF drafters as llama.cpp's converter writes them (`general.architecture` = dflash): the
+// metadata as the z-lab config it came from. Two conventions undone here: `dflash.target_layers`
+// is stored +1-shifted (the layer whose INPUT is tapped), and the mask token sits on the standard
+// `tokenizer.ggml.mask_token_id`. There is no embedding or head (shared with the target) and no
+// vocabulary size key: the tokenizer's length, or the mask id + 1, stands in.
+json dflash_gguf_config(const GgufFile& f) {
+  const std::string a = "dflash.";
+  json c;
+  c["architectures"] = {"DFlashDraftModel"};
+  c["model_type"] = "qwen3";
+  const uint32_t H = f.get_u32(a + "embedding_length"), L = f.get_u32(a + "block_count");
+  const uint32_t nh = f.get_u32(a + "attention.head_count");
+  const uint32_t hd = f.get_u32_or(a + "attention.key_length", H / std::max(1u, nh));
+  c["hidden_size"] = H;
+  c["num_hidden_layers"] = L;
+  c["intermediate_size"] = f.get_u32(a + "feed_forward_length");
+  c["num_attention_heads"] = nh;
+  c["num_key_value_heads"] = f.get_u32_or(a + "attention.head_count_kv", nh);
+  c["head_dim"] = hd;
+  c["max_position_embeddings"] = f.get_u32_or(a + "context_length", 32768);
+  c["rms_norm_eps"] = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  c["rope_theta"] = f.get_f32_or(a + "rope.freq_base", 1e6f);
+  const int32_t mask = int32_t(f.get_i64("tokenizer.ggml.mask_token_id"));
+  c["vocab_size"] = f.has("tokenizer.ggml.tokens")
+                        ? int64_t(f.get_string_array("tokenizer.ggml.tokens").size())
+                        : int64_t(mask) + 1;
+  json d;
+  d["mask_token_id"] = mask;
+  std::vector<int32_t> ids;
+  for (int32_t t : f.get_i32_array(a + "target_layers")) {
+    DFL_CHECK(t >= 1, "GGUF '", f.path(), "': dflash.target_layers entry ", t,
+              " (stored +1-shifted) must be at least 1");
+    ids.push_back(t - 1);
+  }
+  d["target_layer_ids"] = ids;
+  c["dflash_config"] = d;
+  c["block_size"] = f.get_u32(a + "block_size");
+  if (f.has(a + "attention.sliding_window")) {
+    c["sliding_window"] = f.get_u32(a + "attention.sliding_window");
+    if (f.has(a + "attention.sliding_window_pattern")) {
+      // Per layer: true = sliding.
+      json types = json::array();
+      for (int32_t sw : f.get_i32_array(a + "attention.sliding_window_pattern"))
+        types.push_back(sw ? "sliding_attention" : "full_attention");
+      c["layer_types"] = types;
+    } else {
+      c["layer_types"] = json(std::vector<std::string>(L, "sliding_attention"));
+    }
+  }
+  if (f.has(a + "attention.causal")) c["is_causal"] = f.get_bool(a + "attention.causal");
+  return c;
+}
+
+// llama.cpp tensor names → the z-lab layout (mainline writes "fc" / "hidden_norm"; some forks
+// "dflash_fc" / "dflash_hidden_norm").
+std::string dflash_gguf_name(std::string_view n) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"fc.weight", "fc.weight"}, {"dflash_fc.weight", "fc.weight"},
+      {"hidden_norm.weight", "hidden_norm.weight"}, {"dflash_hidden_norm.weight", "hidden_norm.weight"},
+      {"output_norm.weight", "norm.weight"}};
+  for (const auto& [g, h] : kTop)
+    if (n == g) return h;
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"}};
+  if (!n.starts_with("blk.")) return std::string(n);
+  const size_t dot = n.find('.', 4);
+  if (dot == std::string_view::npos) return std::string(n);
+  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
+  for (const auto& [g, h] : kLayer)
+    if (rest == g) return str("layers.", il, ".", h);
+  return std::string(n);
+}
+
 }  // namespace
 
-const FamilyEntry kDFlashDraftFamily = {Family::kDFlashDraft, {"DFlashDraftModel"}, {}, claims_dflash,
-                                        parse_dflash, nullptr};
+const FamilyEntry kDFlashDraftFamily = {Family::kDFlashDraft, {"DFlashDraftModel"}, {},
+                                        claims_dflash,          parse_dflash,
+                                        nullptr,                {"dflash"},
+                                        dflash_gguf_config,     dflash_gguf_name};
 
 std::string mask_embedding_file(const std::string& dir) {
   const std::string path = dir + "/mask_embedding.pt";
@@ -107,7 +194,7 @@ std::string mask_embedding_file(const std::string& dir) {
 
 DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& target,
                                    const LoadOptions& opts, ThreadPool& pool)
-    : cfg_(load_model_config(dir)), ck_(dir), pool_(pool) {
+    : cfg_(load_model_config(dir)), ck_owned_(open_checkpoint(cfg_)), ck_(*ck_owned_), pool_(pool) {
   DFL_CHECK(cfg_.family == Family::kDFlashDraft, "'", dir, "' is not a DFlash drafter (architecture '",
             cfg_.architecture, "')");
   const ModelConfig& tc = target.config();
