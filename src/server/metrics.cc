@@ -1,14 +1,17 @@
 #include "server/metrics.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace dfl::server {
 
 namespace {
 
+// Shortest of %.15g / %.17g that reads back exactly (0.04, not 0.040000000000000001).
 std::string num(double v) {
   char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 
