@@ -28,8 +28,6 @@
 
 namespace dfl {
 
-class CausalLM;
-
 struct BlockPolicyOptions {
   int32_t warmup = 4;          // cycles that draft the full block first
   double decay = 0.98;         // per-cycle forgetting factor of the acceptance counts
@@ -73,15 +71,5 @@ class BlockPolicy {
   std::vector<double> verify_, draft_;   // per B = 0..max_draft+1 (≤ 0: unknown)
   int64_t cycles_ = 0;
 };
-
-// Measures the verify cost t(B) of the target for each B in `blocks` (seconds, median of
-// `repeats` passes: a verify-shaped pass, all logits + the `aux` taps, appending B tokens after a
-// context of `context` tokens on sequence `seq`; that sequence's cache is cleared afterwards).
-// Returns t indexed by B (size max(blocks) + 1, 0 = not measured). Used by
-// `dflash run --block-size auto` to seed BlockPolicy, and by `dflash bench`.
-std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
-                                         const std::vector<int32_t>& blocks, int32_t context = 64,
-                                         int32_t repeats = 3,
-                                         const std::vector<int32_t>* aux = nullptr);
 
 }  // namespace dfl

@@ -48,6 +48,7 @@ struct Request {
   int32_t block_size = kBlockDefault;
   int32_t top_logprobs = -1;            // -1: none; n ≥ 0: chosen token's logprob + top n
   std::string client_id;                // free text echoed in logs (e.g. a batch line's "id")
+  bool trace = false;                   // keep per-cycle drafts (RequestUpdate::trace at the end)
   std::function<void(const struct RequestUpdate&)> on_update;
 };
 
@@ -60,6 +61,12 @@ struct TokenLogprob {
   std::vector<std::pair<int32_t, float>> top;          // top_logprobs (id, logprob), best first
 };
 
+// One speculative cycle: what was drafted and how many of them the target accepted.
+struct CycleTrace {
+  std::vector<int32_t> drafted;
+  int32_t accepted = 0;
+};
+
 struct RequestStats {
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;
@@ -70,6 +77,10 @@ struct RequestStats {
   int64_t committed_in_cycles = 0;   // Σ (accepted + 1) over draft steps
   std::vector<int64_t> acceptance_histogram;    // [accepted count] → draft steps
   std::vector<int64_t> accepted_per_position;   // [draft position] → accepted drafts there
+  std::vector<int64_t> draft_length_histogram;  // [drafted count] → target passes while decoding
+  int64_t target_passes = 0;         // target forwards while decoding (with or without drafts)
+  double draft_s = 0, verify_s = 0;  // time of the proposer passes / decoding target forwards this
+                                     // request took part in (shared with its batch)
   int32_t preemptions = 0;
   double queue_s = 0;       // submit → first scheduled
   double ttft_s = 0;        // submit → first generated token
@@ -89,6 +100,7 @@ struct RequestUpdate {
   FinishReason reason = FinishReason::kNone;
   std::string error;                   // reason == kError: what went wrong
   const RequestStats* stats = nullptr; // valid during the callback
+  const std::vector<CycleTrace>* trace = nullptr;  // finished && Request::trace
 };
 
 // Refusal of a request at submit time (bad prompt, too long for the context, cannot fit the KV

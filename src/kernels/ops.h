@@ -105,6 +105,19 @@ struct PackedWeight {
 // returned as is (repacked() == false, no copy). Call once per weight, keep the result.
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool = nullptr);
 
+// The cache slots one attention call reads, in pages (a paged KV pool's block table).
+// Slot j (0 ≤ j < n_slots) is row j % page_slots of page j / page_slots:
+//   K at k[page] + row * n_kv_heads * d_qk, V at v[page] + row * n_kv_heads * d_v,
+//   its absolute position at pos[page][row] (kEmptySlot = skip).
+// page_slots is a multiple of 16, unless there is only one page (a contiguous run).
+struct KvPages {
+  const float* const* k = nullptr;
+  const float* const* v = nullptr;
+  const int32_t* const* pos = nullptr;
+  int64_t n_slots = 0;
+  int32_t page_slots = 0;
+};
+
 namespace ops {
 
 // y[m, :] = x[m, :] · Wᵀ for m < n_rows.     x: [n_rows, n_in]   y: [n_rows, n_out]
@@ -161,6 +174,10 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
                ThreadPool& pool);
+
+// The same over paged slots: bit-identical to the contiguous call on the same logical slots.
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out, ThreadPool& pool);
 
 // Index of the largest element (first one on ties).
 int64_t argmax(const float* x, int64_t n);

@@ -2,72 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "core/error.h"
 #include "model/weights.h"
 
 namespace dfl {
-
-DenseLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const LayerSpec& s,
-                            int32_t H, int32_t I, const LoadOptions& opts, ThreadPool* pool) {
-  DenseLayer w;
-  w.in_norm = load_vector(ck, p + "input_layernorm.weight", H);
-  w.post_norm = load_vector(ck, p + "post_attention_layernorm.weight", H);
-  w.q = load_linear(ck, p + "self_attn.q_proj.weight", int64_t(s.n_heads) * s.head_dim, H);
-  w.k = load_linear(ck, p + "self_attn.k_proj.weight", int64_t(s.n_kv_heads) * s.head_dim, H);
-  w.v = load_linear(ck, p + "self_attn.v_proj.weight", int64_t(s.n_kv_heads) * s.v_head_dim, H);
-  w.o = load_linear(ck, p + "self_attn.o_proj.weight", H, int64_t(s.n_heads) * s.v_head_dim);
-  w.q_norm = load_vector(ck, p + "self_attn.q_norm.weight", s.head_dim);
-  w.k_norm = load_vector(ck, p + "self_attn.k_norm.weight", s.head_dim);
-  if (s.sinks) w.sinks = load_vector(ck, p + "self_attn.attention_sink_bias", s.n_heads);
-  w.gate = load_linear(ck, p + "mlp.gate_proj.weight", I, H);
-  w.up = load_linear(ck, p + "mlp.up_proj.weight", I, H);
-  w.down = load_linear(ck, p + "mlp.down_proj.weight", H, I);
-  w.owned.q8.reserve(7);
-  w.owned.packed.reserve(7);
-  for (WeightMatrix* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down})
-    convert_weight(*m, opts, w.owned, pool);
-  return w;
-}
-
-int64_t DenseLayer::matrix_bytes() const {
-  return weight_bytes(q) + weight_bytes(k) + weight_bytes(v) + weight_bytes(o) +
-         weight_bytes(gate) + weight_bytes(up) + weight_bytes(down);
-}
-
-void begin_forward(const ForwardArgs& a, const KvCache& kv, int32_t n_layers, int32_t hidden,
-                   ForwardOut& out) {
-  DFL_CHECK(a.n > 0, "empty forward pass");
-  DFL_CHECK(a.pos0 == kv.length(a.seq), "forward: pos0 ", a.pos0, " != cached length ",
-            kv.length(a.seq));
-  DFL_CHECK(a.pos0 + a.n <= kv.max_context(), "context overflow: ", a.pos0 + a.n,
-            " tokens exceed the context limit of ", kv.max_context());
-  const size_t n_aux = a.aux ? a.aux->size() : 0;
-  if (a.aux)
-    for (int32_t idx : *a.aux)
-      DFL_CHECK(idx >= 0 && idx <= n_layers, "aux hidden-state index ", idx,
-                " is out of range [0, ", n_layers, "]");
-  out.aux.assign(size_t(a.n) * n_aux * hidden, 0.0f);
-}
-
-void capture_aux(const ForwardArgs& a, int32_t index, const float* x, int32_t row0, int32_t n,
-                 int32_t H, ForwardOut& out) {
-  if (!a.aux) return;
-  const size_t n_aux = a.aux->size();
-  for (size_t j = 0; j < n_aux; ++j) {
-    if ((*a.aux)[j] != index) continue;
-    for (int32_t t = 0; t < n; ++t)
-      std::copy_n(x + size_t(t) * H, H, out.aux.data() + ((size_t(row0) + t) * n_aux + j) * H);
-  }
-}
-
-void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
-                      const std::vector<std::string>& ignore) {
-  const auto leftover = ck.unused_names(ignore);
-  DFL_CHECK(leftover.empty(), "unexpected tensor '", leftover.empty() ? "" : leftover[0], "' in '",
-            cfg.dir, "' (", leftover.size(), " tensors not used by ", cfg.architecture, ")");
-}
 
 AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks) {
   AttnParams p;
@@ -79,6 +18,64 @@ AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks) {
   p.window = s.window;
   p.sinks = sinks.empty() ? nullptr : sinks.data();
   return p;
+}
+
+DecoderLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const LayerSpec& s,
+                              int32_t H, int32_t I, const LoadOptions& opts, ThreadPool* pool) {
+  DecoderLayer l;
+  AttnWeights& a = l.attn;
+  a.norm = load_vector(ck, p + "input_layernorm.weight", H);
+  a.q = load_linear(ck, p + "self_attn.q_proj.weight", int64_t(s.n_heads) * s.head_dim, H);
+  a.k = load_linear(ck, p + "self_attn.k_proj.weight", int64_t(s.n_kv_heads) * s.head_dim, H);
+  a.v = load_linear(ck, p + "self_attn.v_proj.weight", int64_t(s.n_kv_heads) * s.v_head_dim, H);
+  a.o = load_linear(ck, p + "self_attn.o_proj.weight", H, int64_t(s.n_heads) * s.v_head_dim);
+  a.q_norm = load_vector(ck, p + "self_attn.q_norm.weight", s.head_dim);
+  a.k_norm = load_vector(ck, p + "self_attn.k_norm.weight", s.head_dim);
+  if (s.sinks) a.sinks = load_vector(ck, p + "self_attn.attention_sink_bias", s.n_heads);
+  FfnWeights& f = l.ffn;
+  f.norm = load_vector(ck, p + "post_attention_layernorm.weight", H);
+  f.gate = load_linear(ck, p + "mlp.gate_proj.weight", I, H);
+  f.up = load_linear(ck, p + "mlp.up_proj.weight", I, H);
+  f.down = load_linear(ck, p + "mlp.down_proj.weight", H, I);
+  convert_layer(l, opts, pool);
+  return l;
+}
+
+void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool) {
+  std::vector<WeightMatrix*> ms;
+  AttnWeights& a = l.attn;
+  for (WeightMatrix* m : {&a.q, &a.k, &a.v, &a.qkv, &a.o}) ms.push_back(m);
+  FfnWeights& f = l.ffn;
+  if (f.kind == FfnKind::kMoE) {
+    for (auto* v : {&f.moe.gate, &f.moe.up, &f.moe.down})
+      for (auto& m : *v) ms.push_back(&m);
+  } else {
+    for (WeightMatrix* m : {&f.gate, &f.up, &f.down}) ms.push_back(m);
+  }
+  // Reserve so the stored copies never move while WeightMatrix objects point into them.
+  l.owned.q8.reserve(ms.size());
+  l.owned.packed.reserve(ms.size());
+  for (WeightMatrix* m : ms)
+    if (m->data) convert_weight(*m, opts, l.owned, pool);
+}
+
+int64_t DecoderLayer::matrix_bytes(const ModelConfig& cfg) const {
+  int64_t b = 0;
+  for (const WeightMatrix* m : {&attn.q, &attn.k, &attn.v, &attn.qkv, &attn.o})
+    if (m->data) b += weight_bytes(*m);
+  if (ffn.kind == FfnKind::kMoE)
+    b += weight_bytes(ffn.moe.router) + int64_t(cfg.moe ? cfg.moe->n_experts_per_tok : 0) *
+                                            ffn.moe.expert_bytes();
+  else
+    b += weight_bytes(ffn.gate) + weight_bytes(ffn.up) + weight_bytes(ffn.down);
+  return b;
+}
+
+void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
+                      const std::vector<std::string>& ignore) {
+  const auto leftover = ck.unused_names(ignore);
+  DFL_CHECK(leftover.empty(), "unexpected tensor '", leftover.empty() ? "" : leftover[0], "' in '",
+            cfg.dir, "' (", leftover.size(), " tensors not used by ", cfg.architecture, ")");
 }
 
 void OutputHead::embed_rows(const int32_t* tokens, int64_t n, float* out) const {
@@ -94,72 +91,93 @@ void OutputHead::logits(const float* x_normed, int64_t n, float* out, ThreadPool
 
 void OutputHead::norm_logits(const float* x, int64_t n, float* out, std::vector<float>& tmp,
                              ThreadPool& pool) const {
-  if (tmp.size() < size_t(n) * hidden) tmp.resize(size_t(n) * hidden);
-  ops::rms_norm(x, final_norm.data(), n, hidden, eps, tmp.data());
-  logits(tmp.data(), n, out, pool);
+  float* t = Scratch::ensure(tmp, size_t(n) * hidden);
+  ops::rms_norm(x, final_norm.data(), n, hidden, eps, t, &pool);
+  logits(t, n, out, pool);
 }
 
-void project_qkv(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, const float* a,
-                 int32_t n, const int32_t* pos, float eps, float value_scale, float* q_out,
-                 float* k_out, float* v_out, Scratch& sc, ThreadPool& pool) {
-  const int32_t half = rope.n_rot() / 2;
-  sc.ensure(sc.cos, size_t(n) * half);
-  sc.ensure(sc.sin, size_t(n) * half);
-  rope.fill(pos, n, sc.cos.data(), sc.sin.data());
+void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32_t n,
+                 const float* cos, const float* sin, float eps, float* q_out, float* k_out,
+                 float* v_out, Scratch& sc, ThreadPool& pool) {
+  const int64_t nq = int64_t(s.n_heads) * s.head_dim, nk = int64_t(s.n_kv_heads) * s.head_dim,
+                nv = int64_t(s.n_kv_heads) * s.v_head_dim;
+  const int32_t n_rot = s.rope.n_rot;
+  if (w.fused) {
+    // T shards, each [Q_s; K_s; V_s]: shard j holds query heads [j·nh/T, (j+1)·nh/T) and kv
+    // heads [j·nkv/T, (j+1)·nkv/T) — consistent with GQA (query head h reads kv head h/(nh/nkv)).
+    const int64_t rows = nq + nk + nv, sh = w.q_s + w.k_s + w.v_s;
+    float* t = Scratch::ensure(sc.t, size_t(n) * rows);
+    ops::matmul(a, n, w.qkv, t, pool);  // [n, T·(q_s + k_s + v_s)]
+    for (int32_t r = 0; r < n; ++r) {
+      const float* src = t + size_t(r) * rows;
+      for (int64_t j = 0; j < w.shards; ++j) {
+        const float* p = src + j * sh;
+        if (q_out) std::copy_n(p, w.q_s, q_out + size_t(r) * nq + j * w.q_s);
+        std::copy_n(p + w.q_s, w.k_s, k_out + size_t(r) * nk + j * w.k_s);
+        std::copy_n(p + w.q_s + w.k_s, w.v_s, v_out + size_t(r) * nv + j * w.v_s);
+      }
+    }
+  } else {
+    if (q_out) ops::matmul(a, n, w.q, q_out, pool);  // [n, nh·hd]
+    ops::matmul(a, n, w.k, k_out, pool);              // [n, nkv·hd]
+    ops::matmul(a, n, w.v, v_out, pool);              // [n, nkv·vd]
+  }
   if (q_out) {
-    ops::matmul(a, n, w.q, q_out, pool);                    // [n, nh*hd]
-    ops::rms_norm(q_out, w.q_norm.data(), int64_t(n) * s.n_heads, s.head_dim, eps, q_out, &pool);
-    ops::rope_neox(q_out, n, int64_t(s.n_heads) * s.head_dim, s.n_heads, s.head_dim, rope.n_rot(),
-                   sc.cos.data(), sc.sin.data(), &pool);
+    if (!w.q_norm.empty())
+      ops::rms_norm(q_out, w.q_norm.data(), int64_t(n) * s.n_heads, s.head_dim, eps, q_out, &pool);
+    ops::rope_neox(q_out, n, nq, s.n_heads, s.head_dim, n_rot, cos, sin, &pool);
   }
-  ops::matmul(a, n, w.k, k_out, pool);                      // [n, nkv*hd]
-  ops::rms_norm(k_out, w.k_norm.data(), int64_t(n) * s.n_kv_heads, s.head_dim, eps, k_out, &pool);
-  ops::rope_neox(k_out, n, int64_t(s.n_kv_heads) * s.head_dim, s.n_kv_heads, s.head_dim,
-                 rope.n_rot(), sc.cos.data(), sc.sin.data(), &pool);
-  ops::matmul(a, n, w.v, v_out, pool);                      // [n, nkv*vd]
-  if (value_scale != 1.0f) {
-    const int64_t nv = int64_t(n) * s.n_kv_heads * s.v_head_dim;
-    for (int64_t i = 0; i < nv; ++i) v_out[i] *= value_scale;
-  }
+  if (!w.k_norm.empty())
+    ops::rms_norm(k_out, w.k_norm.data(), int64_t(n) * s.n_kv_heads, s.head_dim, eps, k_out, &pool);
+  ops::rope_neox(k_out, n, nk, s.n_kv_heads, s.head_dim, n_rot, cos, sin, &pool);
+  if (w.value_scale != 1.0f)  // before the cache write (HF scales V before cache.update)
+    for (int64_t i = 0, e = int64_t(n) * nv; i < e; ++i) v_out[i] *= w.value_scale;
 }
 
-void attention_block(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, float* x,
-                     int32_t n, int32_t pos0, int32_t H, float eps, float value_scale,
-                     KvCache& kv, int32_t seq, int32_t il, Scratch& sc, ThreadPool& pool) {
-  const size_t nq = size_t(n) * s.n_heads * s.head_dim;
-  const size_t nk = size_t(n) * s.n_kv_heads * s.head_dim;
-  const size_t nv = size_t(n) * s.n_kv_heads * s.v_head_dim;
-  sc.ensure(sc.a, size_t(n) * H);
-  sc.ensure(sc.q, nq);
-  sc.ensure(sc.k, nk);
-  sc.ensure(sc.v, nv);
-  sc.ensure(sc.o, size_t(n) * s.n_heads * s.v_head_dim);
-  const int32_t* pos = sc.positions(pos0, n);
-
-  ops::rms_norm(x, w.in_norm.data(), n, H, eps, sc.a.data(), &pool);
-  project_qkv(w, s, rope, sc.a.data(), n, pos, eps, value_scale, sc.q.data(), sc.k.data(),
-              sc.v.data(), sc, pool);
-  kv.write(seq, il, pos0, n, sc.k.data(), sc.v.data());
-
-  const AttnParams p = attn_params(s, w.sinks);
-  ops::attention(sc.q.data(), pos, n, kv.k(seq, il), kv.v(seq, il), kv.pos(seq, il),
-                 kv.n_slots(seq, il), p, sc.o.data(), pool);
-  sc.ensure(sc.a, size_t(n) * H);
-  ops::matmul(sc.o.data(), n, w.o, sc.a.data(), pool);     // [n, H]
-  ops::add_inplace(x, sc.a.data(), int64_t(n) * H, &pool);
+void attention_sublayer(const AttnWeights& w, const LayerSpec& s, float* x, const StepPlan& plan,
+                        int32_t H, float eps, KvPool& kv, int32_t il, Scratch& sc,
+                        ThreadPool& pool) {
+  const int32_t R = plan.n_rows();
+  const int64_t nq = int64_t(s.n_heads) * s.head_dim, nk = int64_t(s.n_kv_heads) * s.head_dim,
+                nv = int64_t(s.n_kv_heads) * s.v_head_dim, no = int64_t(s.n_heads) * s.v_head_dim;
+  float* a = Scratch::ensure(sc.a, size_t(R) * H);
+  float* q = Scratch::ensure(sc.q, size_t(R) * nq);
+  float* k = Scratch::ensure(sc.k, size_t(R) * nk);
+  float* v = Scratch::ensure(sc.v, size_t(R) * nv);
+  float* o = Scratch::ensure(sc.o, size_t(R) * no);
+  ops::rms_norm(x, w.norm.data(), R, H, eps, a, &pool);
+  project_qkv(w, s, a, R, plan.cos(w.rope), plan.sin(w.rope), eps, q, k, v, sc, pool);
+  for (const PlanSegment& g : plan.segments()) {
+    kv.write(g.seq, il, g.pos0, g.n, k + size_t(g.row0) * nk, v + size_t(g.row0) * nv);
+    const KvPages view = kv.view(g.seq, il, sc.view);
+    ops::attention(q + size_t(g.row0) * nq, plan.positions() + g.row0, g.n, view, w.params,
+                   o + size_t(g.row0) * no, pool);
+  }
+  ops::matmul(o, R, w.o, a, pool);  // [R, H]
+  if (!w.post_norm.empty()) ops::rms_norm(a, w.post_norm.data(), R, H, eps, a, &pool);
+  ops::add_inplace(x, a, int64_t(R) * H, &pool);
 }
 
-void mlp_block(const DenseLayer& w, float* x, int32_t n, int32_t H, int32_t I, float eps,
-               Scratch& sc, ThreadPool& pool) {
-  sc.ensure(sc.a, size_t(n) * H);
-  sc.ensure(sc.g, size_t(n) * I);
-  sc.ensure(sc.u, size_t(n) * I);
-  ops::rms_norm(x, w.post_norm.data(), n, H, eps, sc.a.data(), &pool);
-  ops::matmul(sc.a.data(), n, w.gate, sc.g.data(), pool);  // [n, I]
-  ops::matmul(sc.a.data(), n, w.up, sc.u.data(), pool);    // [n, I]
-  ops::silu_mul(sc.g.data(), sc.u.data(), int64_t(n) * I, sc.g.data(), &pool);
-  ops::matmul(sc.g.data(), n, w.down, sc.a.data(), pool);  // [n, H]
-  ops::add_inplace(x, sc.a.data(), int64_t(n) * H, &pool);
+void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t R, Scratch& sc,
+                  ThreadPool& pool) {
+  const int32_t H = cfg.hidden_size;
+  const float eps = cfg.rms_norm_eps;
+  float* a = Scratch::ensure(sc.a, size_t(R) * H);
+  float* y = Scratch::ensure(sc.y, size_t(R) * H);
+  ops::rms_norm(x, w.norm.data(), R, H, eps, a, &pool);
+  if (w.kind == FfnKind::kMoE) {
+    moe_forward(w.moe, *cfg.moe, a, R, H, y, sc.moe, pool);
+  } else {
+    const int64_t I = w.gate.n_out;
+    float* g = Scratch::ensure(sc.g, size_t(R) * I);
+    float* u = Scratch::ensure(sc.u, size_t(R) * I);
+    ops::matmul(a, R, w.gate, g, pool);  // [R, I]
+    ops::matmul(a, R, w.up, u, pool);    // [R, I]
+    ops::silu_mul(g, u, int64_t(R) * I, g, &pool);
+    ops::matmul(g, R, w.down, y, pool);  // [R, H]
+  }
+  if (!w.post_norm.empty()) ops::rms_norm(y, w.post_norm.data(), R, H, eps, y, &pool);
+  ops::add_inplace(x, y, int64_t(R) * H, &pool);
 }
 
 }  // namespace dfl

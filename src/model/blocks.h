@@ -1,43 +1,73 @@
-// Shared transformer blocks (Qwen3-style dense decoder layer pieces) used by every family.
+// The decoder's building blocks, shared by every family (Qwen3, MiMo-V2, the DFlash drafter;
+// Gemma and the hybrids next): an attention sublayer and an FFN sublayer over the rows of a
+// batched forward, each a sequence of small steps whose presence the weights decide:
+//   attention:  norm → QKV projection (split, or fused in T shards of [Q_s; K_s; V_s]) →
+//               optional per-head q/k RMSNorm → RoPE (tables from the step plan) → value scale →
+//               per segment: K/V into the pool + attention over the segment's KV view →
+//               output projection → optional post norm → residual add
+//   ffn:        norm → SwiGLU | MoE → optional post norm → residual add
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "attention/step_plan.h"
 #include "core/threadpool.h"
 #include "io/checkpoint.h"
 #include "kernels/ops.h"
-#include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "model/model.h"
-#include "model/rope.h"
+#include "model/moe.h"
 #include "model/weights.h"
 
 namespace dfl {
 
-// One Qwen3-style layer: attention with per-head q_norm/k_norm, SwiGLU MLP.
-struct DenseLayer {
-  std::vector<float> in_norm, post_norm;  // [H]
-  std::vector<float> q_norm, k_norm;      // [head_dim]
-  std::vector<float> sinks;               // [n_heads] or empty
-  WeightMatrix q, k, v, o;                // [nh*hd, H], [nkv*hd, H], [nkv*vd, H], [H, nh*vd]
-  WeightMatrix gate, up, down;            // [I, H], [I, H], [H, I]
-  OwnedWeights owned;                     // load-time copies (LoadOptions.weights_format)
-  int64_t matrix_bytes() const;           // bytes of q..down as held
+struct AttnWeights {
+  std::vector<float> norm;            // [H] input norm
+  bool fused = false;
+  WeightMatrix q, k, v;               // split: [nh·hd, H], [nkv·hd, H], [nkv·vd, H]
+  WeightMatrix qkv;                   // fused: [T·(q_s + k_s + v_s), H]
+  int64_t shards = 1, q_s = 0, k_s = 0, v_s = 0;
+  std::vector<float> q_norm, k_norm;  // [head_dim] each, or empty (no q/k norm)
+  WeightMatrix o;                     // [H, nh·vd]
+  std::vector<float> post_norm;       // [H] or empty (Gemma's post-attention norm)
+  std::vector<float> sinks;           // [nh] or empty
+  AttnParams params;                  // from attn_params(): the layer's resolved window
+  int32_t rope = 0;                   // the model's RoPE table index (StepPlan::cos/sin)
+  float value_scale = 1.0f;           // V multiplied before it is cached
 };
 
-// Loads "<prefix>input_layernorm.weight", "<prefix>self_attn.q_proj.weight", ... with shapes from
-// the config; sinks from "<prefix>self_attn.attention_sink_bias" when spec.sinks.
-// The seven matrices get the load-time format of `opts` (convert_weight; Q8 quantization or
-// prepacking, parallelized on `pool` if given). Default options: as stored, prepacked.
-DenseLayer load_dense_layer(const Checkpoint& ck, const std::string& prefix, const LayerSpec& spec,
-                            int32_t hidden, int32_t intermediate, const LoadOptions& opts = {},
-                            ThreadPool* pool = nullptr);
+enum class FfnKind : uint8_t { kSwiGLU, kMoE };
+
+struct FfnWeights {
+  FfnKind kind = FfnKind::kSwiGLU;
+  std::vector<float> norm;       // [H] pre-FFN norm
+  std::vector<float> post_norm;  // [H] or empty
+  WeightMatrix gate, up, down;   // SwiGLU: [I, H], [I, H], [H, I]
+  MoEWeights moe;                // kMoE
+};
+
+struct DecoderLayer {
+  AttnWeights attn;
+  FfnWeights ffn;
+  OwnedWeights owned;            // load-time copies (LoadOptions.weights_format)
+  int64_t matrix_bytes(const ModelConfig& cfg) const;  // bytes one decode step reads
+};
 
 // The kernel parameters of one layer's attention: the ONE place a LayerSpec (with its resolved
 // window) becomes AttnParams. Scale = head_dim^-0.5 (q/k head dim, also when V is narrower).
 AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks);
+
+// Qwen3-style layer from "<prefix>input_layernorm.weight", "<prefix>self_attn.{q,k,v,o}_proj",
+// q_norm/k_norm, optional attention_sink_bias, "<prefix>post_attention_layernorm.weight" and a
+// SwiGLU "<prefix>mlp.{gate,up,down}_proj". Matrices get the load-time format of `opts`.
+DecoderLayer load_dense_layer(const Checkpoint& ck, const std::string& prefix, const LayerSpec& spec,
+                              int32_t hidden, int32_t intermediate, const LoadOptions& opts,
+                              ThreadPool* pool);
+
+// Applies the load-time format of `opts` to every matrix of the layer (experts included).
+void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool);
 
 // Token embedding, final norm and lm_head of a target (shared by every family).
 struct OutputHead {
@@ -56,50 +86,37 @@ struct OutputHead {
                    ThreadPool& pool) const;
 };
 
-// Checks a forward request against the cache (pos0 = cached length, no context overflow, aux
-// indices in [0, n_layers]) and sizes out.aux to [n, aux.size() × hidden] zeros.
-void begin_forward(const ForwardArgs& a, const KvCache& kv, int32_t n_layers, int32_t hidden,
-                   ForwardOut& out);
-
-// Copies residual-stream rows x [n, hidden] (block rows row0..row0+n) into every aux column of
-// `out` whose requested index equals `index` (model/model.h tap protocol).
-void capture_aux(const ForwardArgs& a, int32_t index, const float* x, int32_t row0, int32_t n,
-                 int32_t hidden, ForwardOut& out);
-
 // Refuses a checkpoint holding tensors the model did not request (prefixes in `ignore` excepted).
 void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
                       const std::vector<std::string>& ignore = {});
 
-// Reusable scratch buffers (grown on demand, never shrunk).
+// Reusable activations of one forward (grown on demand, never shrunk: no allocation once warm).
+//   a [R, H] normed input / sublayer output   q [R, nh·hd]   k [R, nkv·hd]   v [R, nkv·vd]
+//   o [R, nh·vd] attention output   t [R, fused qkv width]   g, u [R, I] FFN   y [R, H] FFN out
 struct Scratch {
-  std::vector<float> a, q, k, v, o, g, u, cos, sin;
-  std::vector<int32_t> pos;  // absolute positions of the rows being processed
+  std::vector<float> a, q, k, v, o, t, g, u, y;
+  KvViewScratch view;
+  MoEScratch moe;
   template <typename T>
-  void ensure(std::vector<T>& b, size_t n) {
+  static T* ensure(std::vector<T>& b, size_t n) {
     if (b.size() < n) b.resize(n);
-  }
-  // pos[0..n) = pos0, pos0 + 1, ...
-  const int32_t* positions(int32_t pos0, int32_t n) {
-    ensure(pos, size_t(n));
-    for (int32_t i = 0; i < n; ++i) pos[i] = pos0 + i;
-    return pos.data();
+    return b.data();
   }
 };
 
-// q/k projections → per-head RMSNorm → RoPE. a: [n, H] normed input.
-// Writes q [n, nh*hd] (if q_out) and k [n, nkv*hd], v [n, nkv*vd] (v scaled by value_scale).
-void project_qkv(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, const float* a,
-                 int32_t n, const int32_t* pos, float eps, float value_scale, float* q_out,
-                 float* k_out, float* v_out, Scratch& sc, ThreadPool& pool);
+// K and V of rows `a` [R, H] (already normed) for layer spec `s`: k [R, nkv·hd] (k-normed,
+// RoPE'd with cos/sin [R, n_rot/2]), v [R, nkv·vd] × value_scale; q [R, nh·hd] too when q_out.
+void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32_t rows,
+                 const float* cos, const float* sin, float eps, float* q_out, float* k_out,
+                 float* v_out, Scratch& sc, ThreadPool& pool);
 
-// x [n, H] += o_proj(attention(input_norm(x))) with K/V written to the cache at positions pos0..
-// and queries at positions pos0..pos0+n-1 attending over every cache slot of the layer.
-void attention_block(const DenseLayer& w, const LayerSpec& s, const RopeTable& rope, float* x,
-                     int32_t n, int32_t pos0, int32_t hidden, float eps, float value_scale,
-                     KvCache& kv, int32_t seq, int32_t il, Scratch& sc, ThreadPool& pool);
+// x [R, H] += attention sublayer (file comment) for the plan's rows, K/V written to `kv` layer il.
+void attention_sublayer(const AttnWeights& w, const LayerSpec& s, float* x, const StepPlan& plan,
+                        int32_t hidden, float eps, KvPool& kv, int32_t il, Scratch& sc,
+                        ThreadPool& pool);
 
-// x [n, H] += down(silu(gate(post_norm(x))) ⊙ up(post_norm(x)))
-void mlp_block(const DenseLayer& w, float* x, int32_t n, int32_t hidden, int32_t intermediate,
-               float eps, Scratch& sc, ThreadPool& pool);
+// x [R, H] += ffn sublayer (file comment).
+void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t rows, Scratch& sc,
+                  ThreadPool& pool);
 
 }  // namespace dfl

@@ -8,24 +8,12 @@
 #include <vector>
 
 #include "attention/attn_spec.h"
+#include "attention/rope.h"
 
 namespace dfl {
 
 enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2 };
 const char* family_name(Family f);
-
-// RoPE of one layer: NeoX (rotate-half) pairs (i, i + n_rot/2) over the leading n_rot dims.
-struct RopeSpec {
-  float theta = 10000.0f;
-  int32_t n_rot = 0;                 // rotated dims per head (int(head_dim × partial_rotary_factor))
-  std::string type = "default";      // "default" | "yarn" | "linear"
-  float factor = 1.0f;               // yarn / linear scaling factor
-  int32_t original_max_position = 0; // yarn
-  float beta_fast = 32.0f, beta_slow = 1.0f;
-  std::optional<float> attention_factor, mscale, mscale_all_dim;
-  bool truncate = true;
-  bool operator==(const RopeSpec&) const = default;
-};
 
 struct LayerSpec {
   AttnKind attn = AttnKind::kFull;

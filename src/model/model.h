@@ -1,8 +1,12 @@
 // The model-layer interface the engine and the speculative proposers use.
 //
-// A CausalLM owns its weights (memory-mapped) and its KV cache, and runs one sequence's tokens at
-// a time: forward() appends K/V for positions [pos0, pos0 + n) of sequence `seq` and returns
-// logits and, on request, "aux" hidden states (the Eagle3/DFlash tap protocol):
+// A CausalLM owns its weights (memory-mapped) and runs BATCHED forwards: a ForwardBatch is a list
+// of segments, each a run of consecutive new tokens of one sequence (a prefill chunk, a verify
+// block, one decode token). Every row goes through each weight matrix once per forward; attention
+// runs per segment over that sequence's KV. K/V live in a KvPool (kv/kv_pool.h) that the engine
+// builds and attaches (attach_kv); a model loaded on its own makes a default pool.
+//
+// Taps ("aux" hidden states, the Eagle3/DFlash protocol), per row of a segment with taps:
 //   aux index 0   = embedding output (input of layer 0)
 //   aux index i   = residual stream h + residual AFTER decoder layer i-1 (pre final norm)
 // A DFlash target_layer_id t therefore maps to aux index t + 1 (vLLM's "+1" rule).
@@ -14,13 +18,42 @@
 #include <vector>
 
 #include "core/threadpool.h"
-#include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "model/config.h"
 
 namespace dfl {
 
 enum class LogitsMode : uint8_t { kNone, kLast, kAll };
 
+// One sequence's run of new tokens in a batched forward.
+struct SegmentSpec {
+  int32_t seq = 0;                  // KV sequence slot
+  const int32_t* tokens = nullptr;  // [n]
+  int32_t n = 0;
+  int32_t pos0 = 0;                 // must equal kv().length(seq)
+  LogitsMode logits = LogitsMode::kLast;
+  bool taps = false;                // capture the batch's aux rows for this segment
+};
+
+struct ForwardBatch {
+  std::vector<SegmentSpec> segs;
+  const std::vector<int32_t>* aux = nullptr;  // aux indices to capture, in output order
+};
+
+struct BatchOut {
+  std::vector<float> logits;        // [Σ logits rows, vocab], segments in order
+  std::vector<int64_t> logits_row;  // per segment: its first logits row
+  std::vector<float> aux;           // [n_rows, aux.size() × hidden] (zeros for segments w/o taps)
+  std::vector<int64_t> row0;        // per segment: its first row
+  const float* logits_of(size_t seg, int64_t vocab) const {
+    return logits.data() + size_t(logits_row[seg]) * size_t(vocab);
+  }
+  const float* aux_of(size_t seg, int64_t row_width) const {
+    return aux.data() + size_t(row0[seg]) * size_t(row_width);
+  }
+};
+
+// One sequence's forward (the single-segment form; kept for tests and tools).
 struct ForwardArgs {
   int32_t seq = 0;
   const int32_t* tokens = nullptr;  // [n]
@@ -44,36 +77,47 @@ struct ForwardOut {
 enum class WeightsFormat : uint8_t { kAsStored, kQ8 };
 
 struct LoadOptions {
-  int32_t max_context = 4096;  // positions a sequence may hold
-  int32_t n_seqs = 1;          // sequences held side by side in the KV cache
-  int32_t max_block = 16;      // most tokens appended/rolled back at once after prefill
+  int32_t max_context = 4096;  // positions a sequence may hold (default pool)
+  int32_t n_seqs = 1;          // sequences held side by side (default pool)
+  int32_t max_block = 16;      // most tokens appended/rolled back at once (ring slack)
   WeightsFormat weights_format = WeightsFormat::kAsStored;
   bool prepack = true;  // kAsStored: use prepack_weight()'s layout where the machine has one
 };
+
+// The KV layout of a model: one entry per layer (kv/kv_pool.h kv_layer_spec rule).
+std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg);
 
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
-  virtual KvCache& kv() = 0;
-  // Runs a forward pass (see file comment). Throws dfl::Error if the context would overflow.
-  virtual void forward(const ForwardArgs& args, ForwardOut& out) = 0;
-  // Embedding rows: out [n, hidden].
+  // The attached KV pool.
+  virtual KvPool& kv() = 0;
+  // Uses `pool` (built for kv_layout(config())) from now on; the model does not own it.
+  virtual void attach_kv(KvPool* pool) = 0;
+  // Largest context the model allows (min of max_position_embeddings and what was asked).
+  virtual int32_t max_context() const = 0;
+  // Runs a batched forward (see file comment). Makes room in the pool for every segment
+  // (dfl::Error when the pool is out of pages or a sequence would overflow the context).
+  virtual void forward(const ForwardBatch& batch, BatchOut& out) = 0;
+  // One sequence (any length: split into ring-safe chunks when the model has sliding layers).
+  void forward(const ForwardArgs& args, ForwardOut& out);
+  // Embedding rows (scaled as the family's forward does): out [n, hidden].
   virtual void embed(const int32_t* tokens, int64_t n, float* out) const = 0;
   // Final norm then lm_head: x [n, hidden] (residual stream) → logits [n, vocab].
   virtual void norm_and_lm_head(const float* x, int64_t n, float* logits) = 0;
-  // lm_head only: x [n, hidden] (already normed) → logits [n, vocab].
+  // lm_head only: x [n, hidden] (already normed) → logits [n, vocab] (final soft-cap included).
   virtual void lm_head(const float* x_normed, int64_t n, float* logits) = 0;
   // Bytes of weights one decode step reads (for roofline figures).
   virtual int64_t weight_bytes_per_token() const = 0;
 };
 
-// KV layout of a model: one entry per layer; sliding layers keep a ring of their window
-// (+ slack), full layers keep everything. The one place this rule is written.
-std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg);
-
-// Loads a target checkpoint folder (config.json + safetensors), dispatching on the architecture.
+// Loads a target checkpoint folder (config.json + safetensors), dispatching on the architecture
+// (model/registry.h). The model gets a default pool of opts.n_seqs × opts.max_context.
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const LoadOptions& opts,
                                          ThreadPool& pool);
+
+// A pool for `cfg` with the given limits (ring slack ≥ slack).
+std::unique_ptr<KvPool> make_kv_pool(const ModelConfig& cfg, const KvPoolOptions& opts);
 
 }  // namespace dfl

@@ -10,8 +10,7 @@
 namespace dfl {
 
 int64_t MoEWeights::expert_bytes() const {
-  auto mb = [](const WeightMatrix& w) { return w.n_out * w.n_in * int64_t(dtype_size(w.dtype)); };
-  return gate.empty() ? 0 : mb(gate[0]) + mb(up[0]) + mb(down[0]);
+  return gate.empty() ? 0 : weight_bytes(gate[0]) + weight_bytes(up[0]) + weight_bytes(down[0]);
 }
 
 MoEWeights load_moe(const Checkpoint& ck, const std::string& p, const MoESpec& s, int32_t H,

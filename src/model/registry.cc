@@ -1,4 +1,4 @@
-// Architecture string → family factory.
+// Architecture → family factory, and the model-side KV layout.
 #include "core/error.h"
 #include "model/arch/families.h"
 
@@ -6,12 +6,14 @@ namespace dfl {
 
 std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg) {
   std::vector<KvLayerSpec> kvs;
-  // A sliding layer's ring holds the keys its resolved window can see: left + 1 (W with the HF/vLLM
-  // edge, W + 1 with SGLang's), whatever the causality (a symmetric drafter window has the same left).
   for (const auto& l : cfg.layers)
-    kvs.push_back({l.n_kv_heads, l.head_dim, l.v_head_dim,
-                   l.attn == AttnKind::kSliding ? l.window.left + 1 : 0});
+    kvs.push_back(kv_layer_spec(l.attn == AttnKind::kSliding, l.window, l.n_kv_heads, l.head_dim,
+                                l.v_head_dim));
   return kvs;
+}
+
+std::unique_ptr<KvPool> make_kv_pool(const ModelConfig& cfg, const KvPoolOptions& opts) {
+  return std::make_unique<KvPool>(kv_layout(cfg), opts);
 }
 
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const LoadOptions& opts,

@@ -14,25 +14,64 @@ void DFlashProposer::add_context(int32_t seq, const float* taps, int32_t n, int3
 
 void DFlashProposer::propose(int32_t seq, int32_t anchor, int32_t anchor_pos, int32_t n_draft,
                              const SamplingParams& params, Rng& rng, Draft& out) {
-  DFL_ASSERT(n_draft >= 1 && n_draft <= max_draft());
+  ProposeJob j;
+  j.seq = seq;
+  j.anchor = anchor;
+  j.anchor_pos = anchor_pos;
+  j.ctx_pos0 = anchor_pos;
+  j.n_draft = n_draft;
+  j.params = &params;
+  j.rng = &rng;
+  j.out = &out;
+  propose_batch({j});
+}
+
+void DFlashProposer::propose_batch(const std::vector<ProposeJob>& jobs) {
+  const int32_t mask = drafter_->dflash().mask_token_id;
+  blocks_.clear();
+  for (const ProposeJob& j : jobs) {
+    DFL_ASSERT(j.n_draft >= 0 && j.n_draft <= max_draft());
+    if (!j.n_draft) continue;
+    blocks_.push_back(j.anchor);  // [anchor, MASK × n_draft] at positions anchor_pos ..
+    blocks_.insert(blocks_.end(), size_t(j.n_draft), mask);
+  }
+  jobs_.resize(jobs.size());
+  size_t b = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const ProposeJob& j = jobs[i];
+    DraftJob& d = jobs_[i];
+    d.seq = j.seq;
+    d.ctx_taps = j.taps;
+    d.n_ctx = j.n_ctx;
+    d.block = j.n_draft ? blocks_.data() + b : nullptr;
+    d.n_block = j.n_draft ? j.n_draft + 1 : 0;
+    b += size_t(d.n_block);
+  }
+  drafter_->run(jobs_, target_, logits_);
   const int64_t V = target_.config().vocab_size;
-  block_.assign(n_draft + 1, drafter_->dflash().mask_token_id);
-  block_[0] = anchor;  // [anchor, MASK × n_draft] at positions anchor_pos ..
-  logits_.resize(size_t(n_draft) * V);
-  drafter_->draft_block(seq, block_.data(), n_draft + 1, anchor_pos, target_, logits_.data());
-  out.tokens.resize(n_draft);
-  if (params.greedy()) {
+  size_t row = 0;
+  for (const ProposeJob& j : jobs) {
+    if (!j.n_draft) continue;
+    pick(j, logits_.data() + row * size_t(V));
+    row += size_t(j.n_draft);
+  }
+}
+
+void DFlashProposer::pick(const ProposeJob& j, const float* logits) {
+  const int64_t V = target_.config().vocab_size;
+  Draft& out = *j.out;
+  out.tokens.resize(size_t(j.n_draft));
+  if (j.params->greedy()) {
     out.probs.clear();
-    for (int32_t j = 0; j < n_draft; ++j)
-      out.tokens[j] = static_cast<int32_t>(ops::argmax(logits_.data() + j * V, V));
+    for (int32_t k = 0; k < j.n_draft; ++k)
+      out.tokens[k] = static_cast<int32_t>(ops::argmax(logits + k * V, V));
     return;
   }
-  out.probs.resize(size_t(n_draft) * V);
-  std::vector<float> q;
-  for (int32_t j = 0; j < n_draft; ++j) {
-    sampling_probs(logits_.data() + j * V, V, params, q);
-    std::copy(q.begin(), q.end(), out.probs.begin() + size_t(j) * V);
-    out.tokens[j] = sample_from(q.data(), V, rng);
+  out.probs.resize(size_t(j.n_draft) * V);
+  for (int32_t k = 0; k < j.n_draft; ++k) {
+    sampling_probs(logits + k * V, V, *j.params, q_);
+    std::copy(q_.begin(), q_.end(), out.probs.begin() + size_t(k) * V);
+    out.tokens[k] = sample_from(q_.data(), V, *j.rng);
   }
 }
 

@@ -1,4 +1,5 @@
-// DFlash proposer: one drafter forward per cycle drafts a whole block (model/dflash_draft.h).
+// DFlash proposer: one drafter pass per step drafts a whole block for every speculating
+// sequence at once (model/dflash_draft.h).
 #pragma once
 
 #include <memory>
@@ -19,14 +20,20 @@ class DFlashProposer final : public Proposer {
   void add_context(int32_t seq, const float* taps, int32_t n, int32_t pos0) override;
   void propose(int32_t seq, int32_t anchor, int32_t anchor_pos, int32_t n_draft,
                const SamplingParams& params, Rng& rng, Draft& out) override;
+  void propose_batch(const std::vector<ProposeJob>& jobs) override;
+  KvPool* kv_pool() override { return &drafter_->kv(); }
 
   DFlashDraftModel& drafter() { return *drafter_; }
 
  private:
+  // Drafts of job j from its logits rows [n_draft, vocab].
+  void pick(const ProposeJob& j, const float* logits);
+
   std::unique_ptr<DFlashDraftModel> drafter_;
   CausalLM& target_;
-  std::vector<int32_t> block_;
-  std::vector<float> logits_;
+  std::vector<DraftJob> jobs_;
+  std::vector<int32_t> blocks_;   // every job's [anchor, MASK × n_draft]
+  std::vector<float> logits_, q_;
 };
 
 }  // namespace dfl

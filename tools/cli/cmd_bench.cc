@@ -21,6 +21,8 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/block_policy.h"
+#include "bench_proposers.h"
+#include "engine/calibrate.h"
 #include "engine/generator.h"
 #include "model/dflash_draft.h"
 #include "spec/dflash_proposer.h"
@@ -281,7 +283,7 @@ int cmd_bench(int argc, char** argv) {
   const double bytes_tok = double(target->weight_bytes_per_token());
   J["architecture"] = tc.architecture;
   J["weights_bytes_per_token"] = int64_t(bytes_tok);
-  KvCache& kv = target->kv();
+  KvPool& kv = target->kv();
 
   // Matmul FLOPs per token (2 per weight) and attention FLOPs (QKᵀ and PV over the context).
   double w_params = 0;  // weights in the layers' matmuls (the lm_head counted apart)
@@ -474,39 +476,31 @@ int cmd_bench(int argc, char** argv) {
   // ---- DFlash end to end -----------------------------------------------------------------
   auto spec_run = [&](int32_t block, bool use_auto, const std::vector<int32_t>* replay,
                       int32_t n_tokens) {
-    Generator gen(*target, proposer.get());
     GenerateRequest req;
     req.prompt = random_tokens(kSpecPrompt, V, 4242);
     req.max_tokens = n_tokens;
-    req.block_size = block;
-    req.replay_accept = replay;
+    req.block_size = use_auto ? kBlockAuto : block;
+    if (use_auto) req.verify_cost = tcurve;
+    std::unique_ptr<ReplayProposer> replayer;
+    if (replay) {
+      // The target's own continuation scripts the replayed acceptance (bench_proposers.h).
+      Generator plain(*target, nullptr);
+      const GenerateResult truth = plain.generate(req);
+      replayer = std::make_unique<ReplayProposer>(*proposer, truth.tokens, kSpecPrompt, *replay, V);
+    }
+    Generator gen(*target, replay ? static_cast<Proposer*>(replayer.get()) : proposer.get());
     std::vector<double> tr, tau, dms, vms, cms;
     std::vector<int64_t> hist;
     for (int r = 0; r < R; ++r) {  // (warm already: the verify and drafter parts ran first)
-      std::unique_ptr<BlockPolicy> policy;
-      if (use_auto) {
-        // The policy gets the measured curves (verify; drafter step + context append) and no
-        // online timing updates, so load noise during the run cannot steer it.
-        BlockPolicyOptions po;
-        po.cost_ema = 0;
-        policy = std::make_unique<BlockPolicy>(proposer->max_draft(), po);
-        if (!tcurve.empty()) policy->set_verify_cost(tcurve);
-        if (!dcurve.empty()) {
-          std::vector<double> d = dcurve;
-          for (auto& x : d)
-            if (x > 0) x += t_ctx;
-          policy->set_draft_cost(d);
-        }
-        req.block_policy = policy.get();
-      }
+      if (replayer) replayer->reset(0);
       const GenerateResult res = gen.generate(req);
-      tr.push_back(res.stats.decode_s / std::max(1, res.stats.generated_tokens - 1));
+      tr.push_back(res.decode_s / std::max(1, res.stats.generated_tokens - 1));
       tau.push_back(res.stats.mean_acceptance_length());
       hist = res.stats.draft_length_histogram;
       const double cyc = double(std::max<int64_t>(1, res.stats.target_passes));
       dms.push_back(1e3 * res.stats.draft_s / cyc);
       vms.push_back(1e3 * res.stats.verify_s / cyc);
-      cms.push_back(1e3 * res.stats.decode_s / cyc);
+      cms.push_back(1e3 * res.decode_s / cyc);
     }
     SpecRun out;
     out.draft_ms = summarize(dms).median;

@@ -1,7 +1,6 @@
 #include "model/dflash_draft.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "core/error.h"
 #include "core/mmap.h"
@@ -44,12 +43,16 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
   convert_weight(fc_, opts, owned_, &pool);
   hidden_norm_ = load_vector(ck_, prefix_ + "hidden_norm.weight", H);
   final_norm_ = load_vector(ck_, prefix_ + "norm.weight", H);
+  std::vector<std::pair<RopeSpec, float>> keys;
   for (int32_t il = 0; il < cfg_.n_layers; ++il) {
     const LayerSpec& s = cfg_.layers[il];
     layers_.push_back(load_dense_layer(ck_, str(prefix_, "layers.", il, "."), s, H,
                                        cfg_.intermediate_size, opts, &pool));
-    rope_block_.emplace_back(s.rope);
-    rope_ctx_.emplace_back(s.rope, d.backbone_rotary_base.value_or(0.0f));
+    AttnWeights& a = layers_.back().attn;
+    a.value_scale = d.attention_value_scale;
+    a.params = attn_params(s, a.sinks);
+    a.rope = intern_rope(ropes_, keys, s.rope);
+    ctx_rope_.push_back(intern_rope(ropes_, keys, s.rope, d.backbone_rotary_base.value_or(0.0f)));
   }
   require_all_used(ck_, cfg_);
 
@@ -60,63 +63,143 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
     mask_embedding_path_ = mpath;
   }
 
-  const int32_t slack = std::max(opts.max_block, d.block_size);
-  kv_ = KvCache(kv_layout(cfg_), opts.n_seqs, opts.max_context + slack, slack);
+  KvPoolOptions po;
+  po.max_seqs = opts.n_seqs;
+  po.slack = std::max({opts.max_block, d.block_size, 256});
+  po.max_context = opts.max_context + po.slack;
+  own_kv_ = std::make_unique<KvPool>(kv_layout(cfg_), po);
+  kv_ = own_kv_.get();
 }
 
-void DFlashDraftModel::append_context(int32_t seq, const float* taps, int32_t n, int32_t pos0) {
-  DFL_CHECK(pos0 == kv_.length(seq), "drafter context at ", pos0, " but cache holds ", kv_.length(seq));
+void DFlashDraftModel::run(const std::vector<DraftJob>& jobs, CausalLM& target,
+                           std::vector<float>& logits, std::vector<float>* hidden) {
+  prepare(jobs);
+  append_contexts(jobs);
+  draft_blocks(jobs, target, logits, hidden);
+}
+
+void DFlashDraftModel::prepare(const std::vector<DraftJob>& jobs) {
+  for (const DraftJob& j : jobs) {
+    DFL_CHECK(j.seq >= 0 && j.seq < kv_->max_seqs(), "drafter sequence slot ", j.seq, " out of range");
+    DFL_CHECK(j.n_ctx >= 0 && j.n_ctx <= kv_->slack(), "drafter context of ", j.n_ctx,
+              " rows at once (limit ", kv_->slack(), ")");
+    DFL_CHECK(j.n_block == 0 || (j.n_block >= 2 && j.n_block <= kv_->slack()), "draft block of ",
+              j.n_block, " tokens (limit ", kv_->slack(), ")");
+    const int32_t end = kv_->length(j.seq) + j.n_ctx + j.n_block;
+    DFL_CHECK(end <= kv_->max_context(), "drafter context overflow: ", end, " > ", kv_->max_context());
+    DFL_CHECK(kv_->ensure(j.seq, end), "the drafter KV pool is out of pages");
+  }
+}
+
+void DFlashDraftModel::append_contexts(const std::vector<DraftJob>& jobs) {
   const int32_t H = cfg_.hidden_size;
   const int64_t in = fc_.n_in;
   const float eps = cfg_.rms_norm_eps;
-  const float vs = cfg_.dflash->attention_value_scale;
-  // Ring layers take at most `slack` rows per write: chunk the (long) prompt context.
-  const int32_t chunk = kv_.slack();
+  psegs_.clear();
+  int32_t rows = 0;
+  for (const DraftJob& j : jobs) {
+    if (!j.n_ctx) continue;
+    psegs_.push_back({j.seq, 0, j.n_ctx, kv_->length(j.seq)});
+    rows += j.n_ctx;
+  }
+  if (!rows) return;
+  float* taps = Scratch::ensure(taps_, size_t(rows) * in);
+  size_t r = 0;
+  for (const DraftJob& j : jobs) {
+    if (!j.n_ctx) continue;
+    std::copy_n(j.ctx_taps, size_t(j.n_ctx) * in, taps + r * in);
+    r += size_t(j.n_ctx);
+  }
+  plan_.build(psegs_.data(), int32_t(psegs_.size()), ropes_);
+  float* c = Scratch::ensure(c_, size_t(rows) * H);
+  ops::matmul(taps, rows, fc_, c, pool_);                       // [rows, H]
+  ops::rms_norm(c, hidden_norm_.data(), rows, H, eps, c, &pool_);
+  for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+    const LayerSpec& s = cfg_.layers[il];
+    const int64_t nk = int64_t(s.n_kv_heads) * s.head_dim, nv = int64_t(s.n_kv_heads) * s.v_head_dim;
+    float* k = Scratch::ensure(k_, size_t(rows) * nk);
+    float* v = Scratch::ensure(v_, size_t(rows) * nv);
+    project_qkv(layers_[il].attn, s, c, rows, plan_.cos(ctx_rope_[il]), plan_.sin(ctx_rope_[il]),
+                eps, nullptr, k, v, sc_, pool_);
+    for (const PlanSegment& g : plan_.segments())
+      kv_->write(g.seq, il, g.pos0, g.n, k + size_t(g.row0) * nk, v + size_t(g.row0) * nv);
+  }
+  for (const PlanSegment& g : plan_.segments()) kv_->commit_length(g.seq, g.pos0 + g.n);
+}
+
+void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM& target,
+                                    std::vector<float>& logits, std::vector<float>* hidden) {
+  const int32_t H = cfg_.hidden_size;
+  const float eps = cfg_.rms_norm_eps;
+  psegs_.clear();
+  tokens_.clear();
+  int32_t rows = 0, out_rows = 0;
+  for (const DraftJob& j : jobs) {
+    if (!j.n_block) continue;
+    psegs_.push_back({j.seq, 0, j.n_block, kv_->length(j.seq)});
+    tokens_.insert(tokens_.end(), j.block, j.block + j.n_block);
+    rows += j.n_block;
+    out_rows += j.n_block - 1;
+  }
+  if (!rows) {
+    logits.clear();
+    return;
+  }
+  logits.resize(size_t(out_rows) * size_t(target.config().vocab_size));
+  plan_.build(psegs_.data(), int32_t(psegs_.size()), ropes_);
+  float* x = Scratch::ensure(x_, size_t(rows) * H);
+  target.embed(tokens_.data(), rows, x);
+  if (!mask_embedding_.empty()) {
+    const int32_t mask = cfg_.dflash->mask_token_id;
+    for (int32_t i = 0; i < rows; ++i)
+      if (tokens_[i] == mask) std::copy(mask_embedding_.begin(), mask_embedding_.end(), x + size_t(i) * H);
+  }
+  for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+    attention_sublayer(layers_[il].attn, cfg_.layers[il], x, plan_, H, eps, *kv_, il, sc_, pool_);
+    ffn_sublayer(layers_[il].ffn, cfg_, x, rows, sc_, pool_);
+  }
+  for (const PlanSegment& g : plan_.segments()) kv_->truncate(g.seq, g.pos0);  // context only
+  ops::rms_norm(x, final_norm_.data(), rows, H, eps, x, &pool_);
+  if (hidden) hidden->assign(x, x + size_t(rows) * H);
+  float* xl = Scratch::ensure(xl_, size_t(out_rows) * H);
+  int32_t o = 0;
+  for (const PlanSegment& g : plan_.segments()) {
+    std::copy_n(x + size_t(g.row0 + 1) * H, size_t(g.n - 1) * H, xl + size_t(o) * H);
+    o += g.n - 1;
+  }
+  target.lm_head(xl, out_rows, logits.data());
+}
+
+void DFlashDraftModel::append_context(int32_t seq, const float* taps, int32_t n, int32_t pos0) {
+  DFL_CHECK(pos0 == kv_->length(seq), "drafter context at ", pos0, " but cache holds ", kv_->length(seq));
+  const int32_t chunk = kv_->slack();
+  std::vector<DraftJob> jobs(1);
   for (int32_t c0 = 0; c0 < n; c0 += chunk) {
-    const int32_t m = std::min(chunk, n - c0);
-    c_.resize(size_t(m) * H);
-    ops::matmul(taps + size_t(c0) * in, m, fc_, c_.data(), pool_);       // [m, H]
-    ops::rms_norm(c_.data(), hidden_norm_.data(), m, H, eps, c_.data());
-    const int32_t* pos = sc_.positions(pos0 + c0, m);
-    for (int32_t il = 0; il < cfg_.n_layers; ++il) {
-      const LayerSpec& s = cfg_.layers[il];
-      kbuf_.resize(size_t(m) * s.n_kv_heads * s.head_dim);
-      vbuf_.resize(size_t(m) * s.n_kv_heads * s.v_head_dim);
-      project_qkv(layers_[il], s, rope_ctx_[il], c_.data(), m, pos, eps, vs, nullptr,
-                  kbuf_.data(), vbuf_.data(), sc_, pool_);
-      kv_.write(seq, il, pos0 + c0, m, kbuf_.data(), vbuf_.data());
-    }
-    kv_.commit_length(seq, pos0 + c0 + m);
+    jobs[0].seq = seq;
+    jobs[0].ctx_taps = taps + size_t(c0) * fc_.n_in;
+    jobs[0].n_ctx = std::min(chunk, n - c0);
+    jobs[0].n_block = 0;
+    prepare(jobs);
+    append_contexts(jobs);
   }
 }
 
 void DFlashDraftModel::draft_block(int32_t seq, const int32_t* tokens, int32_t n, int32_t pos0,
                                    CausalLM& target, float* logits, float* hidden) {
-  DFL_CHECK(n >= 2 && n <= kv_.slack(), "draft block of ", n, " tokens (limit ", kv_.slack(), ")");
-  DFL_CHECK(pos0 == kv_.length(seq), "draft block at ", pos0, " but context holds ", kv_.length(seq));
-  const int32_t H = cfg_.hidden_size;
-  const float eps = cfg_.rms_norm_eps;
-  x_.resize(size_t(n) * H);
-  target.embed(tokens, n, x_.data());
-  if (!mask_embedding_.empty()) {
-    const int32_t mask = cfg_.dflash->mask_token_id;
-    for (int32_t i = 0; i < n; ++i)
-      if (tokens[i] == mask) std::copy(mask_embedding_.begin(), mask_embedding_.end(), x_.begin() + size_t(i) * H);
-  }
-  for (int32_t il = 0; il < cfg_.n_layers; ++il) {
-    attention_block(layers_[il], cfg_.layers[il], rope_block_[il], x_.data(), n, pos0, H, eps,
-                    cfg_.dflash->attention_value_scale, kv_, seq, il, sc_, pool_);
-    mlp_block(layers_[il], x_.data(), n, H, cfg_.intermediate_size, eps, sc_, pool_);
-  }
-  kv_.truncate(seq, pos0);  // the cache keeps context only
-  ops::rms_norm(x_.data(), final_norm_.data(), n, H, eps, x_.data());
-  if (hidden) std::copy(x_.begin(), x_.end(), hidden);
-  if (logits) target.lm_head(x_.data() + H, n - 1, logits);
+  DFL_CHECK(pos0 == kv_->length(seq), "draft block at ", pos0, " but context holds ", kv_->length(seq));
+  std::vector<DraftJob> jobs(1);
+  jobs[0].seq = seq;
+  jobs[0].block = tokens;
+  jobs[0].n_block = n;
+  std::vector<float> lg, hd;
+  run(jobs, target, lg, hidden ? &hd : nullptr);
+  if (logits) std::copy(lg.begin(), lg.end(), logits);
+  if (hidden) std::copy(hd.begin(), hd.end(), hidden);
 }
 
 int64_t DFlashDraftModel::weight_bytes() const {
   int64_t b = dfl::weight_bytes(fc_);
-  for (const auto& l : layers_) b += l.matrix_bytes();
+  for (const auto& l : layers_) b += l.matrix_bytes(cfg_);
   return b;
 }
 

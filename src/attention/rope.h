@@ -5,9 +5,24 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
+#include <optional>
+#include <string>
 
 namespace dfl {
+
+// RoPE of one layer: NeoX (rotate-half) pairs (i, i + n_rot/2) over the leading n_rot dims.
+struct RopeSpec {
+  float theta = 10000.0f;
+  int32_t n_rot = 0;                 // rotated dims per head (int(head_dim × partial_rotary_factor))
+  std::string type = "default";      // "default" | "yarn" | "linear"
+  float factor = 1.0f;               // yarn / linear scaling factor
+  int32_t original_max_position = 0; // yarn
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  std::optional<float> attention_factor, mscale, mscale_all_dim;
+  bool truncate = true;
+  bool operator==(const RopeSpec&) const = default;
+};
+
 
 class RopeTable {
  public:

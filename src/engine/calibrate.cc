@@ -1,0 +1,56 @@
+#include "engine/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace dfl {
+
+std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
+                                         const std::vector<int32_t>& blocks, int32_t context,
+                                         int32_t repeats, const std::vector<int32_t>* aux) {
+  using Clock = std::chrono::steady_clock;
+  int32_t max_b = 0;
+  for (int32_t b : blocks) max_b = std::max(max_b, b);
+  std::vector<double> t(max_b + 1, 0.0);
+  const int32_t V = target.config().vocab_size;
+  std::vector<int32_t> toks(std::max(context, max_b));
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 7919 + 13) % V);
+  KvPool& kv = target.kv();
+  DFL_CHECK(context + max_b <= kv.max_context(), "verify curve: context too small");
+  ForwardArgs fa;
+  ForwardOut fo;
+  fa.seq = seq;
+  fa.aux = aux;
+  kv.clear(seq);
+  if (context > 0) {
+    fa.tokens = toks.data();
+    fa.n = context;
+    fa.pos0 = 0;
+    fa.logits = LogitsMode::kNone;
+    target.forward(fa, fo);
+  }
+  for (int32_t b : blocks) {
+    DFL_CHECK(b >= 1 && b <= kv.slack(), "verify curve: block ", b,
+              " exceeds LoadOptions.max_block ", kv.slack());
+    std::vector<double> s;
+    for (int32_t r = 0; r < repeats + 1; ++r) {  // first pass warms up
+      fa.tokens = toks.data();
+      fa.n = b;
+      fa.pos0 = context;
+      fa.logits = LogitsMode::kAll;
+      const auto t0 = Clock::now();
+      target.forward(fa, fo);
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      kv.truncate(seq, context);
+      if (r > 0 || repeats == 0) s.push_back(dt);
+    }
+    std::sort(s.begin(), s.end());
+    t[b] = s[s.size() / 2];
+  }
+  kv.clear(seq);
+  return t;
+}
+
+}  // namespace dfl

@@ -1,0 +1,165 @@
+#include "model/decoder.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace dfl {
+
+DecoderLM::DecoderLM(ModelConfig cfg, ThreadPool& pool)
+    : cfg_(std::move(cfg)), ck_(cfg_.dir), pool_(pool) {}
+
+void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::string>& ignore) {
+  std::vector<std::pair<RopeSpec, float>> keys;
+  for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+    AttnWeights& a = layers_[il].attn;
+    a.rope = intern_rope(ropes_, keys, cfg_.layers[il].rope);
+    a.params = attn_params(cfg_.layers[il], a.sinks);
+  }
+  convert_weight(head_.lm_head, opts, owned_, &pool_);  // head_.embed stays as stored (rows are read)
+  require_all_used(ck_, cfg_, ignore);
+  max_context_ = std::min(opts.max_context, cfg_.max_position_embeddings);
+  KvPoolOptions po;
+  po.max_seqs = opts.n_seqs;
+  po.max_context = max_context_;
+  po.slack = std::max(opts.max_block, 256);
+  own_kv_ = make_kv_pool(cfg_, po);
+  kv_ = own_kv_.get();
+}
+
+void DecoderLM::embed(const int32_t* tokens, int64_t n, float* out) const {
+  head_.embed_rows(tokens, n, out);
+}
+
+void DecoderLM::lm_head(const float* x_normed, int64_t n, float* logits) {
+  head_.logits(x_normed, n, logits, pool_);
+}
+
+void DecoderLM::norm_and_lm_head(const float* x, int64_t n, float* logits) {
+  head_.norm_logits(x, n, logits, head_tmp_, pool_);
+}
+
+int64_t DecoderLM::weight_bytes_per_token() const {
+  int64_t b = 0;
+  for (const auto& l : layers_) b += l.matrix_bytes(cfg_);
+  return b + weight_bytes(head_.lm_head) + cfg_.hidden_size * int64_t(dtype_size(head_.embed.dtype));
+}
+
+void DecoderLM::capture_taps(const ForwardBatch& b, int32_t index, BatchOut& out) const {
+  if (!b.aux || out.aux.empty()) return;
+  const int32_t H = cfg_.hidden_size;
+  const size_t n_aux = b.aux->size();
+  for (size_t j = 0; j < n_aux; ++j) {
+    if ((*b.aux)[j] != index) continue;
+    for (size_t s = 0; s < b.segs.size(); ++s) {
+      if (!b.segs[s].taps) continue;
+      for (int32_t t = 0; t < b.segs[s].n; ++t) {
+        const size_t row = size_t(out.row0[s]) + t;
+        std::copy_n(x_.data() + row * H, H, out.aux.data() + (row * n_aux + j) * H);
+      }
+    }
+  }
+}
+
+void DecoderLM::forward(const ForwardBatch& b, BatchOut& out) {
+  const int32_t H = cfg_.hidden_size;
+  const int64_t V = cfg_.vocab_size;
+  KvPool& kv = *kv_;
+  DFL_CHECK(!b.segs.empty(), "empty forward pass");
+  psegs_.clear();
+  out.row0.resize(b.segs.size());
+  out.logits_row.resize(b.segs.size());
+  int32_t rows = 0;
+  int64_t logit_rows = 0;
+  bool any_taps = false;
+  for (size_t i = 0; i < b.segs.size(); ++i) {
+    const SegmentSpec& g = b.segs[i];
+    DFL_CHECK(g.n > 0, "empty forward segment");
+    DFL_CHECK(g.seq >= 0 && g.seq < kv.max_seqs(), "sequence slot ", g.seq, " out of range");
+    DFL_CHECK(g.pos0 == kv.length(g.seq), "forward: pos0 ", g.pos0, " != cached length ",
+              kv.length(g.seq));
+    DFL_CHECK(g.pos0 + g.n <= std::min(max_context_, kv.max_context()), "context overflow: ",
+              g.pos0 + g.n, " tokens exceed the context limit of ",
+              std::min(max_context_, kv.max_context()));
+    DFL_CHECK(g.n <= kv.slack() || !kv.has_rings(), "a segment of ", g.n,
+              " tokens exceeds the ring slack of ", kv.slack());
+    DFL_CHECK(kv.ensure(g.seq, g.pos0 + g.n), "the KV pool is out of pages (", kv.blocks_free(),
+              " free of ", kv.blocks_total(), ")");
+    psegs_.push_back({g.seq, 0, g.n, g.pos0});
+    out.row0[i] = rows;
+    out.logits_row[i] = logit_rows;
+    rows += g.n;
+    logit_rows += g.logits == LogitsMode::kAll ? g.n : g.logits == LogitsMode::kLast ? 1 : 0;
+    any_taps |= g.taps;
+  }
+  const size_t n_aux = b.aux ? b.aux->size() : 0;
+  if (b.aux)
+    for (int32_t idx : *b.aux)
+      DFL_CHECK(idx >= 0 && idx <= cfg_.n_layers, "aux hidden-state index ", idx,
+                " is out of range [0, ", cfg_.n_layers, "]");
+  if (any_taps && n_aux)
+    out.aux.assign(size_t(rows) * n_aux * H, 0.0f);
+  else
+    out.aux.clear();
+
+  plan_.build(psegs_.data(), int32_t(psegs_.size()), ropes_);
+  float* x = Scratch::ensure(x_, size_t(rows) * H);
+  for (size_t i = 0; i < b.segs.size(); ++i)
+    embed(b.segs[i].tokens, b.segs[i].n, x + size_t(out.row0[i]) * H);
+  capture_taps(b, 0, out);
+  for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+    const DecoderLayer& l = layers_[il];
+    attention_sublayer(l.attn, cfg_.layers[il], x, plan_, H, cfg_.rms_norm_eps, kv, il, sc_, pool_);
+    ffn_sublayer(l.ffn, cfg_, x, rows, sc_, pool_);
+    capture_taps(b, il + 1, out);
+  }
+  for (const SegmentSpec& g : b.segs) kv.commit_length(g.seq, g.pos0 + g.n);
+
+  out.logits.resize(size_t(logit_rows) * V);
+  if (!logit_rows) return;
+  float* xl = Scratch::ensure(xl_, size_t(logit_rows) * H);
+  for (size_t i = 0; i < b.segs.size(); ++i) {
+    const SegmentSpec& g = b.segs[i];
+    const float* src = x + size_t(out.row0[i]) * H;
+    if (g.logits == LogitsMode::kAll)
+      std::copy_n(src, size_t(g.n) * H, xl + size_t(out.logits_row[i]) * H);
+    else if (g.logits == LogitsMode::kLast)
+      std::copy_n(src + size_t(g.n - 1) * H, H, xl + size_t(out.logits_row[i]) * H);
+  }
+  norm_and_lm_head(xl, logit_rows, out.logits.data());
+}
+
+void CausalLM::forward(const ForwardArgs& a, ForwardOut& out) {
+  DFL_CHECK(a.n > 0, "empty forward pass");
+  const int64_t V = config().vocab_size;
+  const int32_t H = config().hidden_size;
+  const size_t n_aux = a.aux ? a.aux->size() : 0;
+  // Ring layers take at most slack() rows per forward: long runs go in chunks (the kernels are
+  // batch-invariant below the AMX prefill threshold; see kernels/ops.h).
+  const int32_t chunk = kv().has_rings() ? kv().slack() : a.n;
+  out.logits.clear();
+  out.aux.assign(size_t(a.n) * n_aux * H, 0.0f);
+  ForwardBatch fb;
+  fb.aux = a.aux;
+  fb.segs.resize(1);
+  BatchOut bo;
+  for (int32_t c0 = 0; c0 < a.n; c0 += chunk) {
+    const int32_t m = std::min(chunk, a.n - c0);
+    const bool last = c0 + m == a.n;
+    SegmentSpec& g = fb.segs[0];
+    g.seq = a.seq;
+    g.tokens = a.tokens + c0;
+    g.n = m;
+    g.pos0 = a.pos0 + c0;
+    g.logits = a.logits == LogitsMode::kAll ? LogitsMode::kAll
+               : (a.logits == LogitsMode::kLast && last) ? LogitsMode::kLast
+                                                          : LogitsMode::kNone;
+    g.taps = n_aux > 0;
+    forward(fb, bo);
+    out.logits.insert(out.logits.end(), bo.logits.begin(), bo.logits.end());
+    if (n_aux) std::copy(bo.aux.begin(), bo.aux.end(), out.aux.begin() + size_t(c0) * n_aux * H);
+  }
+  (void)V;
+}
+
+}  // namespace dfl

@@ -1,0 +1,62 @@
+// The one decoder skeleton every target family runs on: embedding → L × (attention sublayer →
+// FFN sublayer) → final norm → lm_head, over the ragged segments of a ForwardBatch. A family
+// file only loads its weights into `head_` and `layers_` (any projection layout, any FFN kind)
+// and calls finish_load(); the forward, the taps, the KV handling and the logits are here.
+//
+// One forward: validate segments and make room in the pool → build the step plan (positions and
+// each distinct RoPE table once) → embed every row → per layer: attention (K/V written per
+// segment, attention over each segment's KV view), FFN, taps → commit lengths → the rows that
+// want logits go through final norm + lm_head in one matmul.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/step_plan.h"
+#include "io/checkpoint.h"
+#include "model/blocks.h"
+#include "model/model.h"
+
+namespace dfl {
+
+class DecoderLM : public CausalLM {
+ public:
+  const ModelConfig& config() const override { return cfg_; }
+  KvPool& kv() override { return *kv_; }
+  void attach_kv(KvPool* pool) override { kv_ = pool; }
+  int32_t max_context() const override { return max_context_; }
+  void forward(const ForwardBatch& batch, BatchOut& out) override;
+  void embed(const int32_t* tokens, int64_t n, float* out) const override;
+  void norm_and_lm_head(const float* x, int64_t n, float* logits) override;
+  void lm_head(const float* x_normed, int64_t n, float* logits) override;
+  int64_t weight_bytes_per_token() const override;
+
+ protected:
+  DecoderLM(ModelConfig cfg, ThreadPool& pool);
+  // After the family loaded head_ and layers_: RoPE tables interned per layer, attention
+  // parameters bound, the lm_head converted to the load-time format, leftover tensors refused
+  // (`ignore` prefixes excepted), and a default pool of opts.n_seqs × opts.max_context made.
+  void finish_load(const LoadOptions& opts, const std::vector<std::string>& ignore = {});
+
+  ModelConfig cfg_;
+  Checkpoint ck_;
+  ThreadPool& pool_;
+  OutputHead head_;
+  OwnedWeights owned_;  // load-time copy of the lm_head (Q8 / prepacked), if any
+  std::vector<DecoderLayer> layers_;
+
+ private:
+  void capture_taps(const ForwardBatch& b, int32_t index, BatchOut& out) const;
+
+  std::vector<RopeTable> ropes_;  // distinct tables; AttnWeights::rope indexes them
+  int32_t max_context_ = 0;
+  std::unique_ptr<KvPool> own_kv_;
+  KvPool* kv_ = nullptr;
+  StepPlan plan_;
+  Scratch sc_;
+  std::vector<PlanSegment> psegs_;
+  std::vector<float> x_, xl_, head_tmp_;
+};
+
+}  // namespace dfl
