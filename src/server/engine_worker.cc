@@ -165,6 +165,7 @@ void EngineWorker::handle_submit(Engine& e, const std::shared_ptr<Job>& job) {
         ev.choice = i;
         ev.update = u;
         ev.update.stats = nullptr;
+        ev.update.trace = nullptr;
         if (u.finished && u.stats) ev.stats = *u.stats;
         jp->channel.push(std::move(ev));
       }

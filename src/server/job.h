@@ -26,7 +26,7 @@ struct JobEvent {
   std::optional<ApiError> error;
   // kUpdate (of choice `choice`)
   int32_t choice = 0;
-  RequestUpdate update;                // update.stats is NOT valid here: see `stats`
+  RequestUpdate update;                // update.stats / .trace are null here: see `stats`
   std::optional<RequestStats> stats;   // copied when update.finished
 };
 

@@ -363,7 +363,7 @@ struct Server::Impl {
           return true;
         },
         [this, st, guard](bool) {
-          if (!st->all_finished()) {
+          if (!st->all_finished() && !st->ended) {
             worker.cancel(st->job);
             if (st->end_status == "ok") st->end_status = "disconnected";
             log(*st, 200);

@@ -31,9 +31,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return dfl::cli::cmd_inspect(argc, argv);
     if (cmd == "tokenize") return dfl::cli::cmd_tokenize(argc, argv);
     if (cmd == "bench") return dfl::cli::cmd_bench(argc, argv);
-#ifndef DFL_NO_SERVE  // interim: defined until the Engine implementation is on this branch
     if (cmd == "serve") return dfl::cli::cmd_serve(argc, argv);
-#endif
     std::fprintf(stderr, "dflash: unknown command '%s' (see dflash --help)\n", cmd.c_str());
     return 2;
   } catch (const dfl::Error& e) {
