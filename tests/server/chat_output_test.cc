@@ -44,7 +44,7 @@ void expect_split_invariant(bool reasoning, bool in_think, bool tools, const std
   }
 }
 
-TEST(Reasoning, ModelOpensThink) {
+TEST(ServerReasoning, ModelOpensThink) {
   const Split s = run(ChatOutput(true, false, false, "t"), {"<think>\nI think.\n</think>\n\nAnswer."});
   EXPECT_EQ(s.reasoning, "I think.\n");
   EXPECT_EQ(s.content, "Answer.");
@@ -52,14 +52,14 @@ TEST(Reasoning, ModelOpensThink) {
   expect_split_invariant(true, false, false, "  <think>a<b</think>c</think>");
 }
 
-TEST(Reasoning, TemplateOpenedThink) {
+TEST(ServerReasoning, TemplateOpenedThink) {
   const Split s = run(ChatOutput(true, true, false, "t"), {"\nmulling</think>\n\nDone"});
   EXPECT_EQ(s.reasoning, "mulling");
   EXPECT_EQ(s.content, "Done");
   expect_split_invariant(true, true, false, "\nmulling</think>\n\nDone");
 }
 
-TEST(Reasoning, NoThinkIsContent) {
+TEST(ServerReasoning, NoThinkIsContent) {
   const Split s = run(ChatOutput(true, false, false, "t"), {"<thin", "g>plain"});
   EXPECT_EQ(s.reasoning, "");
   EXPECT_EQ(s.content, "<thing>plain");
@@ -71,7 +71,7 @@ TEST(Reasoning, NoThinkIsContent) {
   EXPECT_EQ(run(ChatOutput(false, false, false, "t"), {"<think>x</think>y"}).content, "<think>x</think>y");
 }
 
-TEST(ToolCalls, QwenCalls) {
+TEST(ServerToolCalls, QwenCalls) {
   const std::string text =
       "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": 2}}\n"
       "</tool_call>\n<tool_call>\n{\"name\": \"now\"}\n</tool_call>\n";
@@ -87,7 +87,7 @@ TEST(ToolCalls, QwenCalls) {
   expect_split_invariant(false, false, true, text);
 }
 
-TEST(ToolCalls, MalformedStaysContent) {
+TEST(ServerToolCalls, MalformedStaysContent) {
   const std::string bad = "<tool_call>{not json}</tool_call> after";
   const Split s = run(ChatOutput(false, false, true, "t"), {bad});
   EXPECT_TRUE(s.calls.empty());
@@ -101,7 +101,7 @@ TEST(ToolCalls, MalformedStaysContent) {
   EXPECT_EQ(run(ChatOutput(false, false, false, "t"), {"<tool_call>{\"name\":\"f\"}</tool_call>"}).calls.size(), 0u);
 }
 
-TEST(ToolCalls, AfterReasoning) {
+TEST(ServerToolCalls, AfterReasoning) {
   const std::string text = "<think>need a tool</think>\n\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
   const Split s = run(ChatOutput(true, false, true, "t"), {text});
   EXPECT_EQ(s.reasoning, "need a tool");
@@ -111,7 +111,7 @@ TEST(ToolCalls, AfterReasoning) {
   expect_split_invariant(true, false, true, text);
 }
 
-TEST(ToolCalls, UnicodeContentIntact) {
+TEST(ServerToolCalls, UnicodeContentIntact) {
   expect_split_invariant(true, false, true, "héllo <tool_call>{\"name\": \"ü\"}</tool_call> 日本");
 }
 

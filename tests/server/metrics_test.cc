@@ -18,7 +18,7 @@ double value_of(const std::string& text, const std::string& series) {
   return std::nan("");
 }
 
-TEST(Metrics, NamesAndValues) {
+TEST(ServerMetricsText, NamesAndValues) {
   ServerMetrics m("tiny \"q\"");
   EngineMetrics e;
   e.running = 2;
@@ -58,7 +58,7 @@ TEST(Metrics, NamesAndValues) {
   EXPECT_EQ(value_of(t, "dflash:e2e_request_latency_seconds_bucket{" + L + ",le=\"0.5\"}"), 1);
 }
 
-TEST(Metrics, WellFormedExposition) {
+TEST(ServerMetricsText, WellFormedExposition) {
   ServerMetrics m("m");
   m.observe_ttft(5);
   const std::string t = m.render();

@@ -21,7 +21,7 @@ ApiError refused(ApiKind kind, const std::string& body) {
   return ApiError(0, "");
 }
 
-TEST(OpenAIRequest, ChatAllFields) {
+TEST(ServerRequest, ChatAllFields) {
   const ParsedRequest r = chat(R"({
     "model": "m", "messages": [{"role": "system", "content": "be brief"},
                                {"role": "user", "content": [{"type": "text", "text": "hi "},
@@ -65,7 +65,7 @@ TEST(OpenAIRequest, ChatAllFields) {
   EXPECT_EQ(r.engine.block_size, 8);
 }
 
-TEST(OpenAIRequest, ChatDefaults) {
+TEST(ServerRequest, ChatDefaults) {
   const ParsedRequest r = chat(R"({"messages": [{"role": "user", "content": "x"}]})");
   EXPECT_FALSE(r.max_tokens_set);
   EXPECT_EQ(r.n, 1);
@@ -84,7 +84,7 @@ TEST(OpenAIRequest, ChatDefaults) {
   EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "x"}], "speculative": {"block_size": "auto"}})").engine.block_size, kBlockAuto);
 }
 
-TEST(OpenAIRequest, ToolChoiceNoneHidesTools) {
+TEST(ServerRequest, ToolChoiceNoneHidesTools) {
   const ParsedRequest r = chat(R"({"messages": [{"role": "user", "content": "x"}],
       "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})");
   EXPECT_FALSE(r.parse_tool_calls);
@@ -95,7 +95,7 @@ TEST(OpenAIRequest, ToolChoiceNoneHidesTools) {
   EXPECT_TRUE(f.parse_tool_calls);
 }
 
-TEST(OpenAIRequest, CompletionPrompts) {
+TEST(ServerRequest, CompletionPrompts) {
   EXPECT_EQ(comp(R"({"prompt": "hello"})").engine.prompt.text, "hello");
   EXPECT_EQ(comp(R"({"prompt": ["hello"]})").engine.prompt.text, "hello");
   EXPECT_EQ(comp(R"({"prompt": [1, 2, 3]})").engine.prompt.ids, (std::vector<int32_t>{1, 2, 3}));
@@ -107,7 +107,7 @@ TEST(OpenAIRequest, CompletionPrompts) {
   EXPECT_TRUE(r.engine.prompt.messages.is_null());
 }
 
-TEST(OpenAIRequest, ErrorsNameTheField) {
+TEST(ServerRequest, ErrorsNameTheField) {
   struct Case {
     ApiKind kind;
     const char* body;
@@ -180,7 +180,7 @@ TEST(OpenAIRequest, ErrorsNameTheField) {
   }
 }
 
-TEST(OpenAIRequest, MalformedBodies) {
+TEST(ServerRequest, MalformedBodies) {
   for (const std::string body : {"", "{", "[]", "null", "\"x\"", "{\"messages\": [}", "{} trailing"}) {
     const ApiError e = refused(ApiKind::kChat, body);
     EXPECT_EQ(e.status, 400) << body;
@@ -192,7 +192,7 @@ TEST(OpenAIRequest, MalformedBodies) {
   EXPECT_NO_THROW(chat(R"({"messages": [{"role": "user", "content": ")" + std::string(500, '[') + R"("}]})"));
 }
 
-TEST(OpenAIRequest, StopLimits) {
+TEST(ServerRequest, StopLimits) {
   ParseLimits lim;
   lim.max_stop = 2;
   lim.max_stop_len = 4;

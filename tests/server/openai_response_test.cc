@@ -23,7 +23,7 @@ RequestStats stats() {
   return s;
 }
 
-TEST(OpenAIResponse, ChatWhole) {
+TEST(ServerResponse, ChatWhole) {
   ChoiceOut c;
   c.text = "hello";
   c.reasoning = "hmm";
@@ -61,7 +61,7 @@ TEST(OpenAIResponse, ChatWhole) {
   EXPECT_EQ(sd["acceptance_histogram"], Json::array({1, 0, 2}));
 }
 
-TEST(OpenAIResponse, ChatToolCallsNullContent) {
+TEST(ServerResponse, ChatToolCallsNullContent) {
   ChoiceOut c;
   c.text = "\n";
   c.tool_calls = {ToolCall{"call_x_0", "f", "{\"a\":1}"}};
@@ -80,7 +80,7 @@ TEST(OpenAIResponse, ChatToolCallsNullContent) {
   EXPECT_EQ(finish_reason_text(FinishReason::kStop, false), "stop");
 }
 
-TEST(OpenAIResponse, CompletionWholeAndLogprobs) {
+TEST(ServerResponse, CompletionWholeAndLogprobs) {
   ChoiceOut c;
   c.text = "t1t22";
   c.finish_reason = "length";
@@ -99,7 +99,7 @@ TEST(OpenAIResponse, CompletionWholeAndLogprobs) {
   EXPECT_DOUBLE_EQ(j["metrics"]["speculative_decoding"]["mean_acceptance_length"].get<double>(), 0.0);
 }
 
-TEST(OpenAIResponse, Chunks) {
+TEST(ServerResponse, Chunks) {
   const Json role = chat_chunk(head(), 0, true, ChatDelta{}, 0, Json(nullptr), "", nullptr);
   EXPECT_EQ(role["object"], "chat.completion.chunk");
   EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
@@ -138,7 +138,7 @@ TEST(OpenAIResponse, Chunks) {
   EXPECT_STREQ(kSseDone, "data: [DONE]\n\n");
 }
 
-TEST(OpenAIResponse, Errors) {
+TEST(ServerResponse, Errors) {
   const Json e = error_json(ApiError(400, "'temperature': expected a number", "temperature"));
   EXPECT_EQ(e["error"]["message"], "'temperature': expected a number");
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
@@ -150,7 +150,7 @@ TEST(OpenAIResponse, Errors) {
   EXPECT_TRUE(error_json(503, "x")["error"]["param"].is_null());
 }
 
-TEST(OpenAIResponse, Models) {
+TEST(ServerResponse, Models) {
   const Json m = models_json("tiny", 5, 2048);
   EXPECT_EQ(m["object"], "list");
   EXPECT_EQ(m["data"][0]["id"], "tiny");
