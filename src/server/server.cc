@@ -23,6 +23,7 @@ namespace dfl::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr auto kHeartbeat = std::chrono::seconds(5);  // stream silence before a ": ping" comment
 
 std::string random_hex(int n) {
   static std::mutex mu;
@@ -72,6 +73,7 @@ struct JobState {
   ResponseHead head;
   std::string tool_prefix;  // tool-call ids: call_<prefix><choice>_<n>
   Clock::time_point start, deadline;
+  Clock::time_point last_write;  // streams: the last bytes sent (for heartbeats)
   int32_t prompt_tokens = 0;
   bool in_think = false;
   bool reasoning = false;  // split <think> blocks out of chat content
@@ -287,7 +289,7 @@ struct Server::Impl {
     st->head.created = std::time(nullptr);
     st->head.model = model_name;
     st->job->log_id = st->head.id;
-    st->start = Clock::now();
+    st->start = st->last_write = Clock::now();
     st->deadline = st->start + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(opts.request_timeout_s));
     st->choices.resize(size_t(p.n));
@@ -352,6 +354,10 @@ struct Server::Impl {
           } else if (st->all_finished()) {
             out += stream_end(*st);
           }
+          // An SSE comment after a silence (queued, long prefill): clients ignore it, and a
+          // client that went away is found (and cancelled) by the failing write.
+          if (out.empty() && Clock::now() - st->last_write >= kHeartbeat) out = ": ping\n\n";
+          if (!out.empty()) st->last_write = Clock::now();
           if (!out.empty() && !sink.write(out.data(), out.size())) {
             st->end_status = "disconnected";
             return false;  // the releaser cancels

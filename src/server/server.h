@@ -17,7 +17,8 @@
 // past request_timeout_s (it is cancelled; a stream ends with an error event and [DONE]).
 //
 // Disconnects: a stream whose client went away is cancelled at the next write (its KV is freed in
-// the engine thread's next turn, i.e. within one step). A non-streamed request is bounded by
+// the engine thread's next turn, i.e. within one step); a silent stream (queued, long prefill)
+// gets an SSE comment ": ping" every 5 s, so a client gone meanwhile is found too. A non-streamed request is bounded by
 // request_timeout_s instead (httplib does not report a closed socket while the handler waits).
 //
 // Shutdown: drain() turns /ready and new requests to 503; running requests get drain_timeout_s
