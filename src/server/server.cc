@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -24,6 +25,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kHeartbeat = std::chrono::seconds(5);  // stream silence before a ": ping" comment
+constexpr int kListenBacklog = 1024;                   // pending connections (capped by somaxconn)
 
 std::string random_hex(int n) {
   static std::mutex mu;
@@ -480,6 +482,14 @@ int Server::start() {
   s.http.set_keep_alive_timeout(5);
   s.http.set_keep_alive_max_count(100);
   s.routes();
+  // httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): keep the socket
+  // and raise it after bind, so a burst of clients is queued rather than refused.
+  auto listen_fd = std::make_shared<int>(-1);
+  s.http.set_socket_options([listen_fd](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    *listen_fd = int(sock);
+  });
   if (s.opts.port == 0) {
     s.port = s.http.bind_to_any_port(s.opts.host);
     DFL_CHECK(s.port > 0, "cannot listen on ", s.opts.host, " (any port)");
@@ -488,6 +498,7 @@ int Server::start() {
               s.opts.port, " (in use, or not an address of this machine)");
     s.port = s.opts.port;
   }
+  if (*listen_fd >= 0) ::listen(*listen_fd, kListenBacklog);
   s.worker.start();
   s.http_thread = std::thread([&s] { s.http.listen_after_bind(); });
   // A failed load stops the server (wait() returns 1).

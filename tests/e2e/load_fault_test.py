@@ -145,6 +145,7 @@ def client(port, expected, deadline, stats, seed):
     while time.time() < deadline:
         prompt = rng.choice(PROMPTS)
         roll = rng.random()
+        op = "complete" if roll < 0.7 else "drop" if roll < 0.9 else "malformed"
         try:
             if roll < 0.7:
                 t = streamed(port, prompt)
@@ -159,7 +160,7 @@ def client(port, expected, deadline, stats, seed):
                 malformed(port, rng)
                 stats.add("malformed_ok")
         except Exception as e:  # noqa: BLE001 - every failure is counted and reported
-            stats.add("client_error", f"{type(e).__name__}: {e}")
+            stats.add("client_error", f"{op}: {type(e).__name__}: {e}")
 
 
 def main():

@@ -383,6 +383,9 @@ TEST(Server, DisconnectFreesKv) {
 TEST(Server, MetricsText) {
   Running& r = shared();
   ASSERT_TRUE(r.post("/v1/completions", completion_body("metrics please", 8)));
+  // The snapshot is published after the engine step that finished the request: let it land.
+  EXPECT_TRUE(wait_idle_metrics(r));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto m = r.client(false).Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
