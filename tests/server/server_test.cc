@@ -283,6 +283,56 @@ TEST(Server, NChoicesAndLogprobs) {
   }
 }
 
+TEST(Server, ThinkingAndToolsStreamEqualsWhole) {
+  Running& r = shared();
+  Json b = chat_body("Think about the weather in Paris", 24);
+  b["chat_template_kwargs"] = {{"enable_thinking", true}};
+  b["tools"] = Json::array({Json{{"type", "function"},
+                                 {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}});
+  auto whole = r.post("/v1/chat/completions", b);
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const Json w = Json::parse(whole->body);
+  const Json& m = w["choices"][0]["message"];
+  b["stream"] = true;
+  auto streamed = r.post("/v1/chat/completions", b);
+  ASSERT_TRUE(streamed);
+  bool done = false;
+  const std::vector<Json> evs = sse_events(streamed->body, &done);
+  EXPECT_TRUE(done);
+  std::string reasoning, content;
+  size_t calls = 0;
+  for (const Json& e : evs)
+    for (const Json& c : e["choices"]) {
+      const Json& d = c["delta"];
+      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+      if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
+      if (d.contains("tool_calls")) calls += d["tool_calls"].size();
+    }
+  EXPECT_EQ(reasoning, m.value("reasoning_content", std::string()));
+  EXPECT_EQ(content, m["content"].is_string() ? m["content"].get<std::string>() : std::string());
+  EXPECT_EQ(calls, m.contains("tool_calls") ? m["tool_calls"].size() : 0u);
+}
+
+TEST(Server, StopStrings) {
+  Running& r = shared();
+  auto base = r.post("/v1/completions", completion_body("Stop me", 24));
+  ASSERT_TRUE(base);
+  const std::string text = Json::parse(base->body)["choices"][0]["text"];
+  size_t k = 1;
+  while (k < text.size() && !std::isalpha(static_cast<unsigned char>(text[k]))) ++k;
+  if (k >= text.size()) GTEST_SKIP() << "no ASCII letter in the output to stop on: " << text;
+  const std::string stop = text.substr(k, 1);
+  Json b = completion_body("Stop me", 24);
+  b["stop"] = Json::array({stop});
+  auto res = r.post("/v1/completions", b);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const Json j = Json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], text.substr(0, text.find(stop))) << "stop '" << stop << "' in " << text;
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+}
+
 TEST(Server, ErrorCodes) {
   Running& r = shared();
   expect_error(r.post("/v1/chat/completions", chat_body("x"), false), 401);
