@@ -521,6 +521,10 @@ int Server::start() {
     const auto until = Clock::now() + std::chrono::seconds(5);
     while (s.in_flight.load() > 0 && Clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // httplib's stop() is a no-op until the listener thread has started (it would then accept
+    // forever): wait for it first.
+    for (int i = 0; i < 500 && !s.http.is_running(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     s.http.stop();
     s.stopped = true;
     s.stop_cv.notify_all();
