@@ -1,10 +1,12 @@
 // Attention: decode (1 query), verify blocks (16 queries) and prefill (512 queries over their own
 // 512 keys) over a causal cache, Qwen3-4B-like heads (32 query heads, 8 kv heads, d 128),
 // Qwen3-0.6B-like (16 / 8) and MiMo-like d_qk 192 / d_v 128 with a window. The flops counter
-// counts visible (query, key) pairs × 2 × (d_qk + d_v) per head.
-//   build-kern/bench/bench_attention
+// counts visible (query, key) pairs × 2 × (d_qk + d_v) per head. BM_AttentionPaged: the same
+// calls over a paged cache (ops.h KvPages, 16-slot pages in shuffled order).
+//   build/bench/bench_attention --benchmark_filter=qwen3_4b
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "bench_util.h"
@@ -43,9 +45,65 @@ void BM_Attention(benchmark::State& st, int32_t H, int32_t KVH, int32_t dqk, int
       benchmark::Counter::kIs1024);
 }
 
+// The same over a paged cache (ops.h KvPages): pages of `page_slots` slots placed in a pool
+// in shuffled order (as a block table hands them out after some churn). Compare with the
+// contiguous case of the same n_q / n_kv: the difference is the paging overhead.
+void BM_AttentionPaged(benchmark::State& st, int32_t H, int32_t KVH, int32_t dqk, int32_t dv,
+                       Window win) {
+  const int64_t n_q = st.range(0), n_kv = st.range(1), ps = st.range(2);
+  const int64_t n_pages = (n_kv + ps - 1) / ps;
+  const auto q = random_f32(n_q * H * dqk, 1), k = random_f32(n_pages * ps * KVH * dqk, 2),
+             v = random_f32(n_pages * ps * KVH * dv, 3);
+  std::vector<int32_t> kp(n_pages * ps, kEmptySlot), qp(n_q);
+  std::iota(kp.begin(), kp.begin() + n_kv, 0);
+  for (int64_t i = 0; i < n_q; ++i) qp[i] = static_cast<int32_t>(n_kv - n_q + i);
+  // Logical page g lives at physical page perm[g] (a fixed pseudo-random shuffle).
+  std::vector<int64_t> perm(n_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  uint64_t s = 99;
+  for (int64_t g = n_pages - 1; g > 0; --g) std::swap(perm[g], perm[xorshift(s) % (g + 1)]);
+  std::vector<float> kpool(k.size()), vpool(v.size());
+  std::vector<int32_t> ppool(kp.size());
+  std::vector<const float*> kt(n_pages), vt(n_pages);
+  std::vector<const int32_t*> pt(n_pages);
+  const int64_t kr = ps * KVH * dqk, vr = ps * KVH * dv;
+  for (int64_t g = 0; g < n_pages; ++g) {
+    std::copy(k.begin() + g * kr, k.begin() + (g + 1) * kr, kpool.begin() + perm[g] * kr);
+    std::copy(v.begin() + g * vr, v.begin() + (g + 1) * vr, vpool.begin() + perm[g] * vr);
+    std::copy(kp.begin() + g * ps, kp.begin() + (g + 1) * ps, ppool.begin() + perm[g] * ps);
+    kt[g] = kpool.data() + perm[g] * kr;
+    vt[g] = vpool.data() + perm[g] * vr;
+    pt[g] = ppool.data() + perm[g] * ps;
+  }
+  const KvPages kv{kt.data(), vt.data(), pt.data(), n_kv, static_cast<int32_t>(ps)};
+  AttnParams p;
+  p.n_heads = H;
+  p.n_kv_heads = KVH;
+  p.d_qk = dqk;
+  p.d_v = dv;
+  p.scale = 0.088f;
+  p.window = win;
+  std::vector<float> out(n_q * H * dv);
+  for (auto _ : st) {
+    ops::attention(q.data(), qp.data(), n_q, kv, p, out.data(), pool());
+    benchmark::DoNotOptimize(out.data());
+  }
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < n_q; ++i)
+    for (int64_t j = 0; j < n_kv; ++j) pairs += kv_visible(qp[i], kp[j], win) ? 1 : 0;
+  st.counters["flops"] = benchmark::Counter(static_cast<double>(pairs) * H * 2 * (dqk + dv),
+                                            benchmark::Counter::kIsIterationInvariantRate);
+}
+
 BENCHMARK_CAPTURE(BM_Attention, qwen3_4b_causal, 32, 8, 128, 128, Window{-1, 0})
     ->ArgNames({"n_q", "n_kv"})
-    ->Args({1, 1024})->Args({1, 8192})->Args({16, 1024})->Args({16, 8192})->Args({512, 512})
+    ->Args({1, 1024})->Args({1, 4096})->Args({1, 8192})->Args({16, 1024})->Args({16, 4096})
+    ->Args({16, 8192})->Args({512, 512})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_AttentionPaged, qwen3_4b_causal, 32, 8, 128, 128, Window{-1, 0})
+    ->ArgNames({"n_q", "n_kv", "page"})
+    ->Args({1, 1024, 16})->Args({1, 4096, 16})->Args({16, 1024, 16})->Args({16, 4096, 16})
+    ->Args({512, 512, 16})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Attention, qwen3_0_6b_causal, 16, 8, 128, 128, Window{-1, 0})
     ->ArgNames({"n_q", "n_kv"})

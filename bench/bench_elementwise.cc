@@ -43,6 +43,28 @@ void BM_SiluMul(benchmark::State& st) {
 }
 BENCHMARK(BM_SiluMul)->Arg(1)->Arg(16);
 
+void BM_GeluTanhMul(benchmark::State& st) {
+  const int64_t n = st.range(0) * 9728;
+  const auto g = random_f32(n, 1), u = random_f32(n, 2);
+  std::vector<float> y(n);
+  for (auto _ : st) {
+    ops::gelu_tanh_mul(g.data(), u.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+BENCHMARK(BM_GeluTanhMul)->Arg(1)->Arg(16);
+
+// Gemma's final-logit soft-capping over a 262144-entry vocabulary (rows of logits).
+void BM_Softcap(benchmark::State& st) {
+  const int64_t n = st.range(0) * 262144;
+  auto x = random_f32(n, 1);
+  for (auto _ : st) {
+    ops::softcap(x.data(), n, 30.0f);
+    benchmark::DoNotOptimize(x.data());
+  }
+}
+BENCHMARK(BM_Softcap)->Arg(1)->Arg(16);
+
 void BM_Rope(benchmark::State& st) {
   const int64_t rows = st.range(0), heads = 32, hd = 128;
   auto x = random_f32(rows * heads * hd, 1);

@@ -132,4 +132,35 @@ int32_t BlockPolicy::choose() const {
   return best;
 }
 
+void choose_batch_draft_lengths(const std::vector<const BlockPolicy*>& seqs,
+                                const std::vector<int32_t>& caps, double base_expected,
+                                int32_t base_rows, const std::vector<double>& step_cost,
+                                std::vector<int32_t>& out) {
+  const size_t n = seqs.size();
+  out.assign(n, 0);
+  thread_local std::vector<std::vector<double>> alpha;
+  thread_local std::vector<double> next_gain;
+  alpha.resize(n);
+  next_gain.assign(n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    alpha[i] = seqs[i]->acceptance();
+    next_gain[i] = caps[i] > 0 && !alpha[i].empty() ? alpha[i][0] : 0.0;
+  }
+  double E = base_expected;
+  int32_t R = base_rows;
+  for (;;) {
+    size_t best = n;
+    for (size_t i = 0; i < n; ++i)
+      if (out[i] < caps[i] && next_gain[i] > 0 && (best == n || next_gain[i] > next_gain[best])) best = i;
+    if (best == n) return;
+    const double t0 = BlockPolicy::lookup(step_cost, R), t1 = BlockPolicy::lookup(step_cost, R + 1);
+    // Unknown costs: verification is free, draft everything useful.
+    if (t0 > 0 && t1 > 0 && (E + next_gain[best]) / t1 <= E / t0) return;
+    E += next_gain[best];
+    ++R;
+    const int32_t k = ++out[best];
+    next_gain[best] = k < caps[best] && k < int32_t(alpha[best].size()) ? next_gain[best] * alpha[best][size_t(k)] : 0.0;
+  }
+}
+
 }  // namespace dfl

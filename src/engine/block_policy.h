@@ -61,9 +61,13 @@ class BlockPolicy {
   int32_t choose() const;
 
   int64_t cycles() const { return cycles_; }
+  // The first cycles draft the full block (they observe every position).
+  bool warming_up() const { return cycles_ < opt_.warmup; }
+
+  // The cost-curve rule (file comment): t[B] when measured, else interpolated / extrapolated.
+  static double lookup(const std::vector<double>& t, int32_t B);
 
  private:
-  static double lookup(const std::vector<double>& t, int32_t B);
 
   int32_t max_draft_;
   BlockPolicyOptions opt_;
@@ -71,5 +75,20 @@ class BlockPolicy {
   std::vector<double> verify_, draft_;   // per B = 0..max_draft+1 (≤ 0: unknown)
   int64_t cycles_ = 0;
 };
+
+// The batch form of choose(), for the auto-length sequences of one step. A step's cost is the
+// target forward over all its rows, t(R) (a curve over total rows, e.g. measure_verify_curve
+// up to the step budget); each sequence's expected gain from its j-th draft is Π_{i≤j} α_i
+// (its own acceptance estimates). Starting from no drafts (R = base_rows, E = base_expected:
+// the rows and expected tokens of everything else in the step), one more draft goes to the
+// sequence whose next draft is most likely accepted, as long as the step's expected tokens per
+// second grow: (E + g) / t(R + 1) > E / t(R). At low load (t nearly flat in R) this drafts full
+// blocks; when rows cost real time (many sequences, compute-bound), drafts get shorter and
+// sequences with poor acceptance stop drafting. With one sequence it is choose() without the
+// draft-cost term. caps[i] bounds sequence i's drafts; out[i] gets its draft length.
+void choose_batch_draft_lengths(const std::vector<const BlockPolicy*>& seqs,
+                                const std::vector<int32_t>& caps, double base_expected,
+                                int32_t base_rows, const std::vector<double>& step_cost,
+                                std::vector<int32_t>& out);
 
 }  // namespace dfl

@@ -96,6 +96,7 @@ void Engine::Impl::build() {
   lo.max_context = opts.max_context;
   lo.weights_format = opts.weights_format;
   lo.prepack = opts.prepack;
+  lo.config = opts.config;
   lo.n_seqs = 1;  // the models' own default pools stay tiny; the engine attaches its pools
   int32_t block = 1;
   std::optional<ModelConfig> dcfg;
@@ -150,14 +151,22 @@ void Engine::Impl::build() {
   so.prefill_chunk = chunk;
   so.default_block = opts.default_block_size;
   if (proposer && opts.calibrate) {
-    // Seed the auto draft length with a quick cost curve (B = 1, 2, 4, 8, ..., block).
+    // The step cost curve t(R) for auto draft lengths: one sequence's forward of R rows,
+    // R = 1, 2, 4, ..., block, and on to the step budget (a batch of decoders costs about the
+    // rows it carries: the weights are streamed once either way).
     std::vector<int32_t> bs;
-    for (int32_t b = 1; b <= block; b *= 2) bs.push_back(b);
-    if (bs.back() != block) bs.push_back(block);
+    const int32_t top = std::max(block, std::min(chunk, 256));
+    for (int32_t b = 1; b <= top; b *= 2) bs.push_back(b);
+    if (bs.back() < block) bs.push_back(block);
+    std::sort(bs.begin(), bs.end());
+    bs.erase(std::unique(bs.begin(), bs.end()), bs.end());
     const int32_t cal_ctx = std::min<int32_t>(32, ctx - bs.back());
     if (cal_ctx >= 0) so.verify_cost = measure_verify_curve(*target, 0, bs, cal_ctx, 1, &proposer->target_aux());
   }
-  sched = std::make_unique<Scheduler>(*target, proposer.get(), so);
+  Proposer* used = proposer.get();
+  if (opts.wrap_proposer)
+    if (Proposer* w = opts.wrap_proposer(used)) used = w;
+  sched = std::make_unique<Scheduler>(*target, used, so);
 
   info.name = folder_name(opts.model_dir);
   info.vocab_size = target->config().vocab_size;
@@ -191,7 +200,7 @@ std::vector<int32_t> Engine::render_prompt(const Prompt& p) const {
   auto invalid = [](const std::string& msg) { return RequestRefused{RequestRefused::Kind::kInvalid, msg}; };
   if (p.messages.is_array()) {
     if (!a.chat) throw invalid("this model has no chat template: send a plain prompt");
-    if (!a.tokenizer) throw invalid("this model has no tokenizer: send token ids");
+    if (!a.tokenizer) throw invalid(str("'", impl_->opts.model_dir, "' has no tokenizer.json: send token ids"));
     ChatOptions opt;
     opt.add_generation_prompt = true;
     opt.tools = p.tools;
@@ -207,7 +216,7 @@ std::vector<int32_t> Engine::render_prompt(const Prompt& p) const {
     return a.tokenizer->encode(text, false);
   }
   if (p.text.empty()) throw invalid("the prompt is empty");
-  if (!a.tokenizer) throw invalid("this model has no tokenizer: send token ids");
+  if (!a.tokenizer) throw invalid(str("'", impl_->opts.model_dir, "' has no tokenizer.json: send token ids"));
   return a.tokenizer->encode(p.text, true);
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include "engine/request.h"
 #include "model/model.h"
+#include "spec/proposer.h"
 
 namespace dfl {
 
@@ -32,6 +34,7 @@ struct EngineOptions {
   std::string draft_dir;            // DFlash drafter folder; empty = target-only
   WeightsFormat weights_format = WeightsFormat::kAsStored;
   bool prepack = true;
+  ConfigOptions config;             // parse-time choices (e.g. the MiMo window edge)
   int32_t threads = 0;              // 0 = all cores
   int32_t max_context = 4096;       // positions one sequence may hold (clamped to the model's)
   int32_t max_seqs = 16;            // sequences running at once
@@ -41,6 +44,9 @@ struct EngineOptions {
   int32_t default_block_size = kBlockDefault;  // kBlockDefault = the drafter's, or kBlockAuto
   bool calibrate = true;            // measure the verify cost curve at start (for kBlockAuto)
   bool default_enable_thinking = false;  // chat default (DFlash drafters train thinking-off)
+  // Bench and test hook: given the engine's proposer (null without a drafter), returns the one
+  // to use instead (owned by the caller; it may wrap the real one), or nullptr to keep it.
+  std::function<Proposer*(Proposer* real)> wrap_proposer;
 };
 
 // Aggregates for metrics (Prometheus) and progress lines.

@@ -11,7 +11,11 @@ GenerateResult Generator::generate(const GenerateRequest& req, const TokenCallba
   using Clock = std::chrono::steady_clock;
   SchedulerOptions so;
   so.max_seqs = 1;
-  so.prefill_chunk = std::min(256, target_.kv().has_rings() ? target_.kv().slack() : 256);
+  // Prompt cuts that every ring can take at once (the target's and the proposer's).
+  so.prefill_chunk = 256;
+  if (target_.kv().has_rings()) so.prefill_chunk = std::min(so.prefill_chunk, target_.kv().slack());
+  if (KvPool* pk = proposer_ ? proposer_->kv_pool() : nullptr; pk && pk->has_rings())
+    so.prefill_chunk = std::min(so.prefill_chunk, pk->slack());
   so.verify_cost = req.verify_cost;
   Scheduler sched(target_, proposer_, so);
   SeqRequest sr;

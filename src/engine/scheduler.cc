@@ -34,7 +34,8 @@ struct Scheduler::Seq {
   int32_t block = 1;               // verify rows incl. the anchor when speculating
   bool spec = false;
   Rng rng;
-  std::unique_ptr<BlockPolicy> policy;
+  std::unique_ptr<BlockPolicy> policy;  // acceptance estimates (every speculating sequence)
+  bool auto_block = false;              // draft length chosen per step
   RequestStats stats;
   std::vector<CycleTrace> trace;
   std::vector<float> pending;      // taps of committed positions not yet given to the proposer
@@ -91,9 +92,12 @@ RequestId Scheduler::submit(SeqRequest req, SeqCallback cb) {
   if (s->spec) {
     const int32_t full = proposer_->max_draft() + 1;
     int32_t b = req.block_size ? req.block_size : opts_.default_block ? opts_.default_block : full;
+    // Every speculating sequence tracks its acceptance (the batch choice weighs fixed-length
+    // sequences by it); auto ones also choose their length from it.
+    s->policy = std::make_unique<BlockPolicy>(proposer_->max_draft());
+    if (!opts_.verify_cost.empty()) s->policy->set_verify_cost(opts_.verify_cost);
     if (b == kBlockAuto) {
-      s->policy = std::make_unique<BlockPolicy>(proposer_->max_draft());
-      if (!opts_.verify_cost.empty()) s->policy->set_verify_cost(opts_.verify_cost);
+      s->auto_block = true;
       b = full;
     }
     if (b < 1 || b > full)
@@ -195,7 +199,7 @@ bool Scheduler::emit(Seq* s, const int32_t* toks, int32_t n, const float* logits
     ev.stats = &s->stats;
     go = s->cb(ev);
   }
-  if (why == FinishReason::kNone && !go) why = FinishReason::kStop;
+  if (!go) why = FinishReason::kStop;  // the client ended it (e.g. a stop string completed)
   if (why != FinishReason::kNone) {
     finish(s, why);
     return false;
@@ -245,15 +249,26 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
     batch.clear();
     int32_t rows = 0;
     bool any_prefill = false;
+    double expected = 0;  // tokens the step is expected to commit (fixed-length sequences)
+    auto_seqs_.clear();
+    auto_caps_.clear();
     for (auto& up : running_) {
       Seq* s = up.get();
       s->seg = -1;
       if (!s->decoding) continue;
       int32_t nd = 0;
       if (s->spec) {
-        const int32_t k = s->policy ? std::min(s->block - 1, s->policy->choose()) : s->block - 1;
-        nd = std::max(0, std::min({k, s->budget - s->generated - 1, max_ctx_ - s->s() - 1}));
+        const int32_t cap = std::max(0, std::min({s->block - 1, s->budget - s->generated - 1,
+                                                  max_ctx_ - s->s() - 1}));
+        if (s->auto_block && !s->policy->warming_up()) {
+          auto_seqs_.push_back(s);  // chosen below, with the whole step in view
+          auto_caps_.push_back(cap);
+        } else {
+          nd = cap;
+          expected += s->policy ? s->policy->expected_committed(nd) - 1.0 : 0.0;
+        }
       }
+      expected += 1.0;
       s->n_draft = nd;
       s->draft.tokens.clear();
       s->draft.probs.clear();
@@ -267,8 +282,19 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
       if (any_prefill && rows + n > opts_.max_batch_tokens) continue;
       any_prefill = true;
       rows += n;
+      if (s->next_chunk_end(opts_.prefill_chunk) == s->prefill_end() && !s->generated) expected += 1.0;
       s->n_draft = 0;
       batch.push_back(s);
+    }
+    // Auto draft lengths from the step's cost curve (BlockPolicy's batch form).
+    if (!auto_seqs_.empty()) {
+      auto_pol_.clear();
+      for (Seq* s : auto_seqs_) auto_pol_.push_back(s->policy.get());
+      choose_batch_draft_lengths(auto_pol_, auto_caps_, expected, rows, opts_.verify_cost, auto_len_);
+      for (size_t i = 0; i < auto_seqs_.size(); ++i) {
+        auto_seqs_[i]->n_draft = auto_len_[i];
+        rows += auto_len_[i];
+      }
     }
     // Room in both pools.
     Seq* short_of = nullptr;
@@ -326,6 +352,7 @@ bool Scheduler::step() {
       j.anchor = s->tokens.back();
       j.anchor_pos = s->s();
       j.n_draft = drafts ? s->n_draft : 0;
+      j.tokens = &s->tokens;
       j.params = &s->req.sampling;
       j.rng = &s->rng;
       j.out = &s->draft;
@@ -416,10 +443,7 @@ bool Scheduler::step() {
       ++st.acceptance_histogram[size_t(vr.n_accepted)];
       for (int32_t j = 0; j < vr.n_accepted; ++j) ++st.accepted_per_position[size_t(j)];
       if (s->req.trace) s->trace.push_back({s->draft.tokens, vr.n_accepted});
-      if (s->policy) {
-        s->policy->observe(nd, vr.n_accepted);
-        if (batch.size() == 1) s->policy->observe_verify_time(nd + 1, fwd_s);
-      }
+      if (s->policy) s->policy->observe(nd, vr.n_accepted);
     }
     // Keep anchor + accepted drafts in the target KV; their taps go to the proposer next step.
     target_.kv().truncate(s->slot, s0 + vr.n_accepted + 1);

@@ -71,7 +71,9 @@ struct SchedulerOptions {
   int32_t max_batch_tokens = 512;  // planned rows per step (chunked prefill budget)
   int32_t prefill_chunk = 256;     // prompt cut size (≤ the pools' ring slack)
   int32_t default_block = 0;       // 0 = the proposer's block; kBlockAuto
-  std::vector<double> verify_cost; // t(B) for auto block sizes (BlockPolicy::set_verify_cost)
+  // The target forward's cost over total rows, t(R) (measure_verify_curve): auto draft lengths
+  // are chosen from it per step with the whole batch in view (choose_batch_draft_lengths).
+  std::vector<double> verify_cost;
 };
 
 class Scheduler {
@@ -115,6 +117,9 @@ class Scheduler {
   BatchOut bo_;
   std::vector<ProposeJob> jobs_;
   std::vector<float> scratch_;
+  std::vector<Seq*> auto_seqs_;  // per-step scratch of plan_and_reserve
+  std::vector<int32_t> auto_caps_, auto_len_;
+  std::vector<const BlockPolicy*> auto_pol_;
 };
 
 }  // namespace dfl

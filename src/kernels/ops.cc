@@ -155,17 +155,38 @@ static void add_inplace_portable(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+// gelu_tanh(g) = g·σ(2u), u = √(2/π)·g·(1 + 0.044715·g²)  (ops.h)
+static void gelu_tanh_mul_portable(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float k0 = 0.7978845608028654f, k1 = 0.7978845608028654f * 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float u = g * (g * g * k1 + k0);
+    out[i] = g / (1.0f + std::exp(-2.0f * u)) * up[i];
+  }
+}
+
+static void softcap_portable(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+static void scale_inplace_portable(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
 static void rope_neox_portable(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin) {
   ref::rope_neox(x, n_rows, row_stride, n_heads, head_dim, n_rot, cos, sin);
 }
 
-static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
-               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
-               ThreadPool& pool) {
+// Slots in order, page by page (one fixed sequence of operations per row whatever the paging).
+static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out, ThreadPool& pool) {
   const int32_t group = p.n_heads / p.n_kv_heads;
+  const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
+  const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
   pool.parallel_for(n_q * p.n_heads, [&](int64_t b, int64_t e, int) {
-    std::vector<float> acc(p.d_v);
+    thread_local std::vector<float> acc;  // per worker, grown once (no per-call allocation)
+    acc.resize(size_t(p.d_v));
     for (int64_t qh = b; qh < e; ++qh) {
       const int64_t i = qh / p.n_heads;
       const int32_t h = static_cast<int32_t>(qh % p.n_heads);
@@ -175,22 +196,28 @@ static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q
       float m = p.sinks ? p.sinks[h] : -INFINITY;
       float l = p.sinks ? 1.0f : 0.0f;
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < n_kv; ++j) {
-        if (!kv_visible(q_pos[i], k_pos[j], p.window)) continue;
-        const float* kv = k + (j * p.n_kv_heads + kvh) * p.d_qk;
-        float dot = 0.0f;
-        for (int32_t d = 0; d < p.d_qk; ++d) dot += qv[d] * kv[d];
-        const float s = dot * p.scale;
-        const float* vv = v + (j * p.n_kv_heads + kvh) * p.d_v;
-        if (s > m) {
-          const float c = std::exp(m - s);  // exp(-inf) = 0 on the first key
-          l = l * c + 1.0f;
-          for (int32_t d = 0; d < p.d_v; ++d) acc[d] = acc[d] * c + vv[d];
-          m = s;
-        } else {
-          const float e2 = std::exp(s - m);
-          l += e2;
-          for (int32_t d = 0; d < p.d_v; ++d) acc[d] += e2 * vv[d];
+      for (int64_t j0 = 0, page = 0; j0 < kv.n_slots; j0 += kv.page_slots, ++page) {
+        const int64_t rows = std::min<int64_t>(kv.page_slots, kv.n_slots - j0);
+        const int32_t* k_pos = kv.pos[page];
+        const float* kpage = kv.k[page] + kvh * p.d_qk;
+        const float* vpage = kv.v[page] + kvh * p.d_v;
+        for (int64_t r = 0; r < rows; ++r) {
+          if (!kv_visible(q_pos[i], k_pos[r], p.window)) continue;
+          const float* kr = kpage + r * ks;
+          float dot = 0.0f;
+          for (int32_t d = 0; d < p.d_qk; ++d) dot += qv[d] * kr[d];
+          const float s = dot * p.scale;
+          const float* vv = vpage + r * vs;
+          if (s > m) {
+            const float c = std::exp(m - s);  // exp(-inf) = 0 on the first key
+            l = l * c + 1.0f;
+            for (int32_t d = 0; d < p.d_v; ++d) acc[d] = acc[d] * c + vv[d];
+            m = s;
+          } else {
+            const float e2 = std::exp(s - m);
+            l += e2;
+            for (int32_t d = 0; d < p.d_v; ++d) acc[d] += e2 * vv[d];
+          }
         }
       }
       float* o = out + qh * p.d_v;
@@ -256,6 +283,36 @@ void add_inplace(float* y, const float* x, int64_t n, ThreadPool* pool) {
   });
 }
 
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const int64_t runs = (n + 63) / 64;
+  over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
+    const int64_t o = b * 64, len = std::min(n, e * 64) - o;
+    if (simd) return cpu::avx512::gelu_tanh_mul(gate + o, up + o, len, out + o);
+    gelu_tanh_mul_portable(gate + o, up + o, len, out + o);
+  });
+}
+
+void softcap(float* x, int64_t n, float cap, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const int64_t runs = (n + 63) / 64;
+  over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
+    const int64_t o = b * 64, len = std::min(n, e * 64) - o;
+    if (simd) return cpu::avx512::softcap(x + o, len, cap);
+    softcap_portable(x + o, len, cap);
+  });
+}
+
+void scale_inplace(float* x, int64_t n, float s, ThreadPool* pool) {
+  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const int64_t runs = (n + 63) / 64;
+  over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
+    const int64_t o = b * 64, len = std::min(n, e * 64) - o;
+    if (simd) return cpu::avx512::scale_inplace(x + o, len, s);
+    scale_inplace_portable(x + o, len, s);
+  });
+}
+
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin, ThreadPool* pool) {
   const bool simd = cpu_isa() == IsaLevel::kAvx512;
@@ -276,27 +333,43 @@ bool g_bf16_prefill_attention = [] {
 }();
 }  // namespace
 
-void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
-               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
-               ThreadPool& pool_in) {
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out, ThreadPool& pool_in) {
   DFL_ASSERT(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0);
+  DFL_ASSERT(kv.n_slots >= 0 && (kv.n_slots == 0 || kv.page_slots > 0));
+  DFL_ASSERT(kv.n_slots <= kv.page_slots || kv.page_slots % 16 == 0);  // see KvPages
   if (n_q <= 0) return;
+  const int64_t n_kv = kv.n_slots;
   ThreadPool& pool = pool_for(pool_in, n_q * p.n_heads * n_kv * (p.d_qk + p.d_v));
   if (n_q >= kAmxAttentionMinQueries && bf16_prefill_attention() && amx_usable()) {
     thread_local std::vector<float> buf;
+    thread_local std::vector<int32_t> pos;
     const int64_t n = cpu::amx::attention_work_floats(p, n_kv, pool.n_threads());
-    cpu::amx::attention(q, q_pos, n_q, k, v, k_pos, n_kv, p, out, pool,
-                        scratch(buf, static_cast<size_t>(n)));
+    cpu::amx::attention(q, q_pos, n_q, kv, p, out, pool, scratch(buf, static_cast<size_t>(n)),
+                        scratch(pos, static_cast<size_t>(n_kv)));
     return;
   }
   if (cpu_isa() == IsaLevel::kAvx512) {
     thread_local std::vector<float> buf;
+    thread_local std::vector<int32_t> pos;
     const int64_t n = cpu::avx512::attention_work_floats(p, n_q, n_kv, pool.n_threads());
-    cpu::avx512::attention(q, q_pos, n_q, k, v, k_pos, n_kv, p, out, pool,
-                           scratch(buf, static_cast<size_t>(n)));
+    cpu::avx512::attention(q, q_pos, n_q, kv, p, out, pool, scratch(buf, static_cast<size_t>(n)),
+                           scratch(pos, static_cast<size_t>(n_kv)));
     return;
   }
-  attention_portable(q, q_pos, n_q, k, v, k_pos, n_kv, p, out, pool);
+  attention_portable(q, q_pos, n_q, kv, p, out, pool);
+}
+
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
+               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
+               ThreadPool& pool) {
+  // One page holding the whole run.
+  const float* kp[1] = {k};
+  const float* vp[1] = {v};
+  const int32_t* pp[1] = {k_pos};
+  DFL_ASSERT(n_kv <= INT32_MAX);
+  const KvPages kv{kp, vp, pp, n_kv, static_cast<int32_t>(n_kv > 0 ? n_kv : 1)};
+  attention(q, q_pos, n_q, kv, p, out, pool);
 }
 
 int64_t argmax(const float* x, int64_t n) {

@@ -90,6 +90,22 @@ struct AttnParams {
   const float* sinks = nullptr;  // [n_heads] learned sink logits (unscaled), or nullptr
 };
 
+// The cache slots one attention call reads, in pages (a paged KV pool's block table).
+// Slot j (0 ≤ j < n_slots) is row j % page_slots of page j / page_slots:
+//   K at k[page] + row * n_kv_heads * d_qk, V at v[page] + row * n_kv_heads * d_v,
+//   its absolute position at pos[page][row] (kEmptySlot = skip).
+// page_slots is a multiple of 16, unless there is only one page (n_slots ≤ page_slots: a
+// contiguous run of any length). The kernels read K/V only of slots that hold a key; every
+// page pointer of the ceil(n_slots / page_slots) pages must be valid, and the last page needs
+// only its rows below n_slots. Pages may sit anywhere in memory, in any order.
+struct KvPages {
+  const float* const* k = nullptr;
+  const float* const* v = nullptr;
+  const int32_t* const* pos = nullptr;
+  int64_t n_slots = 0;
+  int32_t page_slots = 0;
+};
+
 // Owning result of prepack_weight(); matrix() is what to pass to ops::matmul. Moving keeps the
 // pointers valid. The source weight's storage must outlive it (matrix().data points there).
 struct PackedWeight {
@@ -104,19 +120,6 @@ struct PackedWeight {
 // when AMX is usable (core/cpu_features.h amx_usable()) → kPackedAmxBf16; anything else is
 // returned as is (repacked() == false, no copy). Call once per weight, keep the result.
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool = nullptr);
-
-// The cache slots one attention call reads, in pages (a paged KV pool's block table).
-// Slot j (0 ≤ j < n_slots) is row j % page_slots of page j / page_slots:
-//   K at k[page] + row * n_kv_heads * d_qk, V at v[page] + row * n_kv_heads * d_v,
-//   its absolute position at pos[page][row] (kEmptySlot = skip).
-// page_slots is a multiple of 16, unless there is only one page (a contiguous run).
-struct KvPages {
-  const float* const* k = nullptr;
-  const float* const* v = nullptr;
-  const int32_t* const* pos = nullptr;
-  int64_t n_slots = 0;
-  int32_t page_slots = 0;
-};
 
 namespace ops {
 
@@ -146,6 +149,21 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out,
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n, ThreadPool* pool = nullptr);
 
+// out[i] = gelu_tanh(gate[i]) * up[i], i < n    (out may alias gate or up)
+// gelu_tanh(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))  (PyTorch approximate='tanh'; Gemma's
+// GeGLU), computed as the identical x·σ(2u) = x / (1 + e^(-2u)), u = √(2/π)·x·(1 + 0.044715·x²),
+// which has no cancellation for negative x. Max relative error vs a double reference: see
+// tests/kernels/test_elementwise.cc (AVX-512 and portable ≈ 1e-6 over |x| ≤ 10).
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out,
+                   ThreadPool* pool = nullptr);
+
+// x[i] = cap · tanh(x[i] / cap), in place (Gemma 2/3 logit and attention soft-capping; cap > 0).
+// AVX-512: a vector tanh accurate to ~1-2 ulp (the test measures it); portable: std::tanh.
+void softcap(float* x, int64_t n, float cap, ThreadPool* pool = nullptr);
+
+// x[i] *= s (one rounding: bit-identical on every ISA level)
+void scale_inplace(float* x, int64_t n, float s, ThreadPool* pool = nullptr);
+
 // NeoX (rotate-half) RoPE on the leading `n_rot` dims of each head, in place.
 //   x: [n_rows, n_heads, head_dim] (row stride `row_stride` floats)
 //   cos, sin: [n_rows, n_rot / 2] (already include any attention scaling, e.g. YaRN mscale)
@@ -154,7 +172,9 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
                int64_t n_rot, const float* cos, const float* sin, ThreadPool* pool = nullptr);
 
 // Element-wise ops above take an optional pool: calls of ≥ 64K elements are split over it by
-// rows (silu_mul / add_inplace: runs of 64 elements). Results do not depend on the split.
+// rows (silu_mul / add_inplace / gelu_tanh_mul / softcap / scale_inplace: runs of 64 elements).
+// Results do not depend on the split, and element i's result depends only on element i (not on
+// n or on where a call starts).
 
 // Attention of n_q queries over n_kv cache slots with online softmax in fp32.
 //   q:     [n_q, n_heads, d_qk]            q_pos: [n_q] absolute positions
@@ -175,7 +195,14 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
                ThreadPool& pool);
 
-// The same over paged slots: bit-identical to the contiguous call on the same logical slots.
+// The same attention over a paged cache (KvPages above): slot j of `kv` plays the role of
+// slot j of the contiguous call (k, v, k_pos). The contiguous call is this one with a single
+// page. Paging contract: for the same logical slot sequence (same K/V/position per slot j),
+// the result is BIT-IDENTICAL to the contiguous call — on every path (portable, AVX-512 fp32,
+// AMX bf16 prefill), for any page_slots, any physical page order and placement, any thread
+// count. Every kernel walks slots in the same fixed blocks from slot 0 (16 slots fp32, 32 on
+// AMX, which takes its two 16-slot halves from their own pages) and only fetches the page
+// pointers per block (or copies through them); the arithmetic never sees the paging.
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool);
 
@@ -189,10 +216,16 @@ namespace ref {
 void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y);
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// gelu_tanh_mul and softcap in double (the literal formulas; gelu via the identity
+// 0.5·(1 + tanh u) = 1 / (1 + e^(-2u)), exact in real numbers, cancellation-free), rounded once.
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+void softcap(float* x, int64_t n, float cap);
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin);
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out);
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out);
 // Dequantizes one weight element (any supported dtype, including F8 with block scales).
 float weight_at(const WeightMatrix& w, int64_t row, int64_t col);
 }  // namespace ref

@@ -196,14 +196,14 @@ int64_t KvPool::bytes_per_block() const {
   int64_t b = 0;
   for (const auto& l : layers_)
     if (!l.window) b += int64_t(opts_.block_slots) * l.n_kv_heads * (l.d_k + l.d_v) * 4;
-  return b + (n_full_ ? int64_t(opts_.block_slots) * 4 : 0);
+  return b;
 }
 
 int64_t KvPool::ring_bytes_per_seq() const {
   int64_t b = 0;
   for (size_t il = 0; il < layers_.size(); ++il)
     if (layers_[il].window)
-      b += int64_t(ring_cap_[il]) * (int64_t(layers_[il].n_kv_heads) * (layers_[il].d_k + layers_[il].d_v) + 1) * 4;
+      b += int64_t(ring_cap_[il]) * layers_[il].n_kv_heads * (layers_[il].d_k + layers_[il].d_v) * 4;
   return b;
 }
 

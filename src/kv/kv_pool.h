@@ -104,6 +104,7 @@ class KvPool {
   int64_t blocks_total() const { return n_blocks_; }
   int64_t blocks_free() const { return static_cast<int64_t>(free_.size()); }
   int64_t blocks_used() const { return n_blocks_ - blocks_free(); }
+  // K/V bytes (positions metadata not counted, as in kv_bytes_per_sequence):
   int64_t bytes_per_block() const;    // one page of every full layer
   int64_t ring_bytes_per_seq() const; // every ring of one sequence slot
   int64_t bytes_total() const;        // pages + rings, as allocated

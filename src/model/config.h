@@ -17,9 +17,8 @@ const char* family_name(Family f);
 
 struct LayerSpec {
   AttnKind attn = AttnKind::kFull;
-  int32_t sliding_window = 0;  // W when sliding
-  bool causal = true;
   Window window;               // resolved visibility window (attention/attn_spec.h); read by all
+                               // (causal ⇔ window.right == 0; a sliding layer sees window.left + 1 keys)
   bool sinks = false;          // learned per-head sink logits
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;
@@ -86,13 +85,20 @@ struct ModelConfig {
   std::optional<MiMoSpec> mimo;       // set for MiMo-V2 targets
 };
 
-// Parses `dir`/config.json (throws dfl::Error with a one-line reason on any problem).
-ModelConfig load_model_config(const std::string& dir);
+// Parse-time choices that are the user's, not the checkpoint's (never the environment's).
+struct ConfigOptions {
+  // MiMo sliding layers keep W keys including the query (HF `sliding_window`, vLLM: the default)
+  // or W+1 (SGLang's reading, `--window-edge w+1`); a config key "dfl_window_edge" does the same
+  // per checkpoint, and this option wins over it.
+  std::optional<WindowEdge> window_edge;
+};
+
+// Parses `dir`/config.json (throws dfl::Error with a one-line reason on any problem). The
+// architecture picks the family (model/family.h); the family's parser fills the rest.
+ModelConfig load_model_config(const std::string& dir, const ConfigOptions& opts = {});
 // Parses config JSON text; `dir` is only recorded. Used by the fuzz target and tests.
-// MiMo window edge: the environment variable DFL_WINDOW_EDGE=w+1 (or "sglang") makes sliding
-// layers keep W+1 keys (SGLang's MiMo reading); the config key "dfl_window_edge" does the same
-// per checkpoint. Default: W keys including the query (HF `sliding_window`, vLLM).
-ModelConfig parse_model_config(const std::string& json_text, const std::string& dir = "");
+ModelConfig parse_model_config(const std::string& json_text, const std::string& dir = "",
+                               const ConfigOptions& opts = {});
 
 // The z-lab default when target_layer_ids is absent: [L_t/2] for one layer, else
 // round(1 + i·(L_t−4)/(L_d−1)) with Python's round-half-to-even.

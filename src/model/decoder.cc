@@ -22,7 +22,7 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
   KvPoolOptions po;
   po.max_seqs = opts.n_seqs;
   po.max_context = max_context_;
-  po.slack = std::max(opts.max_block, 256);
+  po.slack = opts.max_block;
   own_kv_ = make_kv_pool(cfg_, po);
   kv_ = own_kv_.get();
 }

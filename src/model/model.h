@@ -82,6 +82,7 @@ struct LoadOptions {
   int32_t max_block = 16;      // most tokens appended/rolled back at once (ring slack)
   WeightsFormat weights_format = WeightsFormat::kAsStored;
   bool prepack = true;  // kAsStored: use prepack_weight()'s layout where the machine has one
+  ConfigOptions config;  // parse-time choices (model/config.h)
 };
 
 // The KV layout of a model: one entry per layer (kv/kv_pool.h kv_layer_spec rule).

@@ -49,9 +49,15 @@ void moe_route(const MoESpec& s, const float* logits, const float* bias, int32_t
                float* weights) {
   const int32_t E = s.n_routed_experts, K = s.n_experts_per_tok, G = s.n_group;
   const int32_t per_group = E / G;
-  std::vector<float> sc(E), sel(E);
-  std::vector<int32_t> order(E), gorder(G);
-  std::vector<float> gscore(G);
+  // Per-thread scratch, grown once: no allocation per routed row once warm.
+  thread_local std::vector<float> sc, sel, gscore;
+  thread_local std::vector<int32_t> order, gorder;
+  thread_local std::vector<char> keep;
+  sc.resize(E);
+  sel.resize(E);
+  order.resize(E);
+  gorder.resize(G);
+  gscore.resize(G);
   for (int32_t r = 0; r < n; ++r) {
     const float* l = logits + size_t(r) * E;
     for (int32_t e = 0; e < E; ++e) {
@@ -75,7 +81,7 @@ void moe_route(const MoESpec& s, const float* logits, const float* bias, int32_t
       std::iota(gorder.begin(), gorder.end(), 0);
       std::stable_sort(gorder.begin(), gorder.end(),
                        [&](int32_t x, int32_t y) { return gscore[x] > gscore[y]; });
-      std::vector<char> keep(G, 0);
+      keep.assign(G, 0);
       for (int32_t j = 0; j < s.topk_group; ++j) keep[gorder[j]] = 1;
       for (int32_t e = 0; e < E; ++e)
         if (!keep[e / per_group]) sel[e] = -INFINITY;

@@ -1,8 +1,37 @@
-// Architecture → family factory, and the model-side KV layout.
+// The one table of model families (each defined in its own arch file), architecture → family,
+// and the model-side KV layout.
+#include <algorithm>
+
 #include "core/error.h"
-#include "model/arch/families.h"
+#include "model/family.h"
 
 namespace dfl {
+
+const std::vector<const FamilyEntry*>& all_families() {
+  static const std::vector<const FamilyEntry*> table = {&kDFlashDraftFamily, &kQwen3Family,
+                                                        &kMiMoV2Family};
+  return table;
+}
+
+std::string FamilyEntry::default_architecture(const std::string& model_type) const {
+  for (size_t i = 0; i < model_types.size() && i < architectures.size(); ++i)
+    if (model_types[i] == model_type) return architectures[i];
+  return architectures.empty() ? std::string() : architectures[0];
+}
+
+const FamilyEntry* find_family(const nlohmann::json& root, const std::string& architecture,
+                               const std::string& model_type) {
+  for (const FamilyEntry* f : all_families())
+    if (f->claims && f->claims(root)) return f;
+  for (const FamilyEntry* f : all_families())
+    if (std::find(f->architectures.begin(), f->architectures.end(), architecture) != f->architectures.end())
+      return f;
+  if (architecture.empty())
+    for (const FamilyEntry* f : all_families())
+      if (std::find(f->model_types.begin(), f->model_types.end(), model_type) != f->model_types.end())
+        return f;
+  return nullptr;
+}
 
 std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg) {
   std::vector<KvLayerSpec> kvs;
@@ -18,18 +47,14 @@ std::unique_ptr<KvPool> make_kv_pool(const ModelConfig& cfg, const KvPoolOptions
 
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, const LoadOptions& opts,
                                          ThreadPool& pool) {
-  ModelConfig cfg = load_model_config(dir);
-  switch (cfg.family) {
-    case Family::kQwen3:
-      return make_qwen3(std::move(cfg), opts, pool);
-    case Family::kMiMoV2:
-      return make_mimo_v2(std::move(cfg), opts, pool);
-    case Family::kDFlashDraft:
-      throw Error(str("'", dir, "' holds a DFlash drafter (", cfg.architecture,
-                      "), not a target model: pass it with --draft"));
-    default:
-      throw Error(str("architecture '", cfg.architecture, "' is not supported as a target yet"));
+  ModelConfig cfg = load_model_config(dir, opts.config);
+  for (const FamilyEntry* f : all_families()) {
+    if (f->family != cfg.family) continue;
+    DFL_CHECK(f->make, "'", dir, "' holds a DFlash drafter (", cfg.architecture,
+              "), not a target model: pass it with --draft");
+    return f->make(std::move(cfg), opts, pool);
   }
+  throw Error(str("architecture '", cfg.architecture, "' is not supported as a target yet"));
 }
 
 }  // namespace dfl

@@ -20,14 +20,15 @@ VerifyResult verify_greedy(const int32_t* drafts, int32_t n, const float* logits
 
 VerifyResult verify_rejection(const int32_t* drafts, int32_t n, const float* logits,
                               const float* q, int64_t V, const SamplingParams& params, Rng& rng) {
-  std::vector<float> p;
+  // Per-thread scratch, grown once: no allocation per verify once warm.
+  thread_local std::vector<float> p, residual;
   for (int32_t j = 0; j < n; ++j) {
     sampling_probs(logits + j * V, V, params, p);
     const float pj = p[drafts[j]];
     const float qj = q[j * V + drafts[j]];
     // Accept with probability min(1, p/q): u·q < p.
     if (qj > 0.0f && rng.uniform() * qj < pj) continue;
-    std::vector<float> residual(V);
+    residual.resize(size_t(V));
     double mass = 0.0;
     for (int64_t i = 0; i < V; ++i) {
       residual[i] = std::max(0.0f, p[i] - q[j * V + i]);

@@ -31,6 +31,8 @@ struct ProposeJob {
   int32_t anchor = 0;           // newest committed token, at anchor_pos = ctx_pos0 + n_ctx
   int32_t anchor_pos = 0;
   int32_t n_draft = 0;          // 0 = context only
+  const std::vector<int32_t>* tokens = nullptr;  // the sequence's committed tokens (prompt +
+                                                 // generated; back() is the anchor)
   const SamplingParams* params = nullptr;
   Rng* rng = nullptr;
   Draft* out = nullptr;

@@ -232,7 +232,7 @@ TEST(ParseDraftConfig, ClassicDrafter) {
   ASSERT_EQ(c.layers.size(), 2u);
   for (const auto& l : c.layers) {
     EXPECT_EQ(l.attn, AttnKind::kFull);
-    EXPECT_FALSE(l.causal);
+    EXPECT_NE(l.window.right, 0);  // non-causal
     EXPECT_EQ(l.window, (Window{-1, -1}));
     EXPECT_FALSE(l.sinks);
     EXPECT_EQ(l.rope.n_rot, 16);
@@ -331,7 +331,6 @@ TEST(ParseDraftConfig, MiMoKeys) {
     EXPECT_TRUE(l.sinks);
     EXPECT_EQ(l.rope.n_rot, 8);
     EXPECT_EQ(l.window, (Window{3, 3}));
-    EXPECT_FALSE(l.causal);
   }
   // Fallback flag name for sinks at the top level.
   auto k = base_draft();
@@ -351,14 +350,13 @@ TEST(ParseDraftConfig, FixturesMatchReferenceResolution) {
     for (size_t il = 0; il < want.size(); ++il) {
       const LayerSpec& l = c.layers[il];
       const bool causal = want[il][1].get<bool>();
-      EXPECT_EQ(l.causal, causal) << name << " layer " << il;
+      EXPECT_EQ(l.window.right == 0, causal) << name << " layer " << il;
       if (want[il][0].is_null()) {
         EXPECT_EQ(l.attn, AttnKind::kFull) << name << " layer " << il;
         EXPECT_EQ(l.window, (Window{-1, causal ? 0 : -1})) << name << " layer " << il;
       } else {
         const int w = want[il][0].get<int>();
         EXPECT_EQ(l.attn, AttnKind::kSliding) << name << " layer " << il;
-        EXPECT_EQ(l.sliding_window, w) << name << " layer " << il;
         EXPECT_EQ(l.window, (Window{w - 1, causal ? 0 : w - 1})) << name << " layer " << il;
       }
       EXPECT_EQ(l.rope.n_rot, meta.at("rotary_dims").get<int>()) << name;

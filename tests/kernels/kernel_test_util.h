@@ -35,17 +35,18 @@ inline double max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
-// Every ISA level this machine can run, lowest first.
+// Every ISA level this process can run, lowest first: up to the CPU's best, capped by DFL_ISA
+// (so a level name in a failure message is the level that actually ran). Call outside IsaScope.
 inline std::vector<IsaLevel> isa_levels() {
   std::vector<IsaLevel> v;
-  for (int l = 0; l <= static_cast<int>(cpu_isa_max()); ++l) v.push_back(static_cast<IsaLevel>(l));
+  for (int l = 0; l <= static_cast<int>(cpu_isa()); ++l) v.push_back(static_cast<IsaLevel>(l));
   return v;
 }
 
 // Attention has no AVX2 kernel (AVX2 runs the portable one): scalar and the best level.
 inline std::vector<IsaLevel> attention_levels() {
   std::vector<IsaLevel> v{IsaLevel::kScalar};
-  if (cpu_isa_max() == IsaLevel::kAvx512) v.push_back(IsaLevel::kAvx512);
+  if (cpu_isa() == IsaLevel::kAvx512) v.push_back(IsaLevel::kAvx512);
   return v;
 }
 

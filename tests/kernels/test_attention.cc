@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <random>
+#include <string>
 
 #include "kernel_test_util.h"
 #include "core/cpu_features.h"
@@ -280,6 +282,186 @@ TEST(Attention, SinkEqualsZeroValueKey) {
   ops::attention(e.q.data(), e.q_pos.data(), 1, e.k.data(), e.v.data(), e.k_pos.data(), n_kv + 1,
                  pe, oe.data(), pool);
   EXPECT_LT(test::max_abs_diff(os.data(), oe.data(), os.size()), 1e-5);
+}
+
+// ---- paged KV (ops.h KvPages) ------------------------------------------------------------------
+
+// A paged copy of a contiguous cache: pages of `page_slots` rows placed in shuffled order in one
+// pool that also holds unused pages; every row that holds no logical slot (unused pages, the tail
+// of the last page) is NaN K/V at position 0 — visible, so a kernel that read past n_slots or
+// used the wrong page would show it. page_slots <= 0: a single page of n_kv - page_slots rows.
+struct PagedCache {
+  std::vector<float> kbuf, vbuf;
+  std::vector<int32_t> pbuf;
+  std::vector<const float*> kp, vp;
+  std::vector<const int32_t*> pp;
+  KvPages kv;
+};
+
+void paginate(const Case& c, const Data& d, int64_t n_kv, int32_t page_slots, uint32_t seed,
+              PagedCache& pc) {
+  const bool single = page_slots <= 0;
+  const int64_t rows = single ? n_kv - page_slots : page_slots;
+  const int64_t n_pages = single ? 1 : (n_kv + rows - 1) / rows;
+  const int64_t n_phys = n_pages + 3;
+  std::vector<int64_t> perm(n_phys);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 rng(seed);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const int64_t kr = c.n_kv_heads * c.d_qk, vr = c.n_kv_heads * c.d_v;
+  pc.kbuf.assign(n_phys * rows * kr, NAN);
+  pc.vbuf.assign(n_phys * rows * vr, NAN);
+  pc.pbuf.assign(n_phys * rows, 0);
+  pc.kp.resize(n_pages);
+  pc.vp.resize(n_pages);
+  pc.pp.resize(n_pages);
+  for (int64_t g = 0; g < n_pages; ++g) {
+    pc.kp[g] = pc.kbuf.data() + perm[g] * rows * kr;
+    pc.vp[g] = pc.vbuf.data() + perm[g] * rows * vr;
+    pc.pp[g] = pc.pbuf.data() + perm[g] * rows;
+  }
+  for (int64_t j = 0; j < n_kv; ++j) {
+    const int64_t g = j / rows, r = j % rows, ph = perm[g];
+    std::memcpy(pc.kbuf.data() + (ph * rows + r) * kr, d.k.data() + j * kr, kr * 4);
+    std::memcpy(pc.vbuf.data() + (ph * rows + r) * vr, d.v.data() + j * vr, vr * 4);
+    pc.pbuf[ph * rows + r] = d.k_pos[j];
+  }
+  pc.kv = KvPages{pc.kp.data(), pc.vp.data(), pc.pp.data(), n_kv, static_cast<int32_t>(rows)};
+}
+
+// Holes (some whole 16-slot runs empty, so whole pages / blocks are skipped), NaN in the K and V
+// of every empty slot, ring-rotated positions.
+Data make_paged_data(const Case& c, int64_t n_q, int64_t n_kv, uint32_t seed) {
+  Data d = make_data(c, n_q, n_kv, seed, false, (seed & 1) != 0);
+  std::mt19937 rng(seed * 7 + 1);
+  for (int64_t j = 0; j < n_kv; ++j) {
+    const bool run_empty = (j / 16) % 7 == 3;
+    if (!(run_empty || rng() % 6 == 0)) continue;
+    if (d.k_pos[j] >= n_kv - n_q) continue;  // keep the queries' own keys
+    d.k_pos[j] = kEmptySlot;
+    for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+      d.k[(j * c.n_kv_heads + h) * c.d_qk + rng() % c.d_qk] = NAN;
+      d.v[(j * c.n_kv_heads + h) * c.d_v + rng() % c.d_v] = NAN;
+    }
+  }
+  return d;
+}
+
+struct PathConfig {
+  IsaLevel isa;
+  bool amx;
+  const char* name;
+};
+
+std::vector<PathConfig> attention_paths() {
+  std::vector<PathConfig> v;
+  for (IsaLevel isa : test::attention_levels()) v.push_back({isa, false, isa_name(isa)});
+  set_amx_enabled(true);
+  if (amx_usable()) v.push_back({IsaLevel::kAvx512, true, "avx512+amx"});
+  return v;
+}
+
+struct PathScope {
+  test::IsaScope isa;
+  explicit PathScope(const PathConfig& c) : isa(c.isa) { set_amx_enabled(c.amx); }
+  ~PathScope() { set_amx_enabled(true); }
+};
+
+// The paged call == the contiguous call, bit for bit, on every path: random shapes (GQA,
+// d_qk != d_v, odd dims), sinks, every window kind, empty slots with NaN K/V, page_slots
+// 16/32/64/128 and single pages (exact and with a tail), pages shuffled in memory, n_q from 1 to
+// 200 (across kAmxAttentionMinQueries and the fp32 copy path), 1/2/3 threads; and close to the
+// double reference (whose paged form equals its contiguous form bit for bit).
+TEST(AttentionPaged, BitIdenticalToContiguousOnEveryPath) {
+  ThreadPool p1(1), p2(2), p3(3);
+  ThreadPool* pools[] = {&p1, &p2, &p3};
+  const Case cases[] = {{4, 4, 16, 16}, {8, 2, 64, 64}, {4, 1, 192, 128}, {6, 3, 24, 40},
+                        {2, 2, 130, 7},  {16, 2, 32, 48}, {3, 1, 40, 72}};
+  const int64_t n_qs[] = {1, 2, 5, 16, 31, 63, 64, 65, 97, 130, 200};
+  const int32_t page_sizes[] = {16, 32, 64, 128, 0, -7};
+  static_assert(kAmxAttentionMinQueries == 64, "n_q sweep crosses 64");
+  double worst_fp32 = 0, worst_amx = 0;
+  int calls = 0;
+  for (const PathConfig& path : attention_paths()) {
+    PathScope scope(path);
+    std::mt19937 rng(1234);
+    for (int trial = 0; trial < 44; ++trial) {
+      const Case& c = cases[trial % std::size(cases)];
+      const int64_t n_q = n_qs[trial % std::size(n_qs)];
+      // Keep the scalar paths' work bounded: fewer slots for wide heads and long query runs.
+      const int64_t work_cap = 40'000'000;
+      const int64_t per_slot = n_q * c.n_heads * (c.d_qk + c.d_v);
+      const int64_t extra = std::min<int64_t>(260, std::max<int64_t>(17, work_cap / per_slot));
+      const int64_t n_kv = n_q + static_cast<int64_t>(rng() % extra);
+      const Window w = kWindows[(trial / 2) % std::size(kWindows)];
+      const bool sinks = trial % 3 != 1;
+      const uint32_t seed = 500 + trial;
+      const Data d = make_paged_data(c, n_q, n_kv, seed);
+      const AttnParams p = params(c, w, d, sinks);
+      const int64_t n_out = n_q * c.n_heads * c.d_v;
+      const std::string what = std::string(path.name) + " heads " + std::to_string(c.n_heads) +
+                               "/" + std::to_string(c.n_kv_heads) + " d " +
+                               std::to_string(c.d_qk) + "/" + std::to_string(c.d_v) + " win " +
+                               std::to_string(w.left) + "," + std::to_string(w.right) +
+                               " sinks " + std::to_string(sinks) + " n_q " + std::to_string(n_q) +
+                               " n_kv " + std::to_string(n_kv);
+      std::vector<float> contiguous(n_out, NAN), r(n_out), rp(n_out);
+      ops::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(),
+                     n_kv, p, contiguous.data(), *pools[trial % 3]);
+      ref::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(),
+                     n_kv, p, r.data());
+      const bool amx_path = path.amx && n_q >= kAmxAttentionMinQueries;
+      const double nm = test::nmse(contiguous.data(), r.data(), n_out);
+      const double mad = test::max_abs_diff(contiguous.data(), r.data(), n_out);
+      ASSERT_LT(nm, amx_path ? 1e-4 : 1e-10) << what;
+      ASSERT_LT(mad, amx_path ? 5e-2 : 1e-5) << what;
+      (amx_path ? worst_amx : worst_fp32) = std::max(amx_path ? worst_amx : worst_fp32, mad);
+      for (size_t ps = 0; ps < std::size(page_sizes); ++ps) {
+        PagedCache pc;
+        paginate(c, d, n_kv, page_sizes[ps], seed * 31 + static_cast<uint32_t>(ps), pc);
+        ThreadPool& pool = *pools[(trial + ps) % 3];
+        std::vector<float> paged(n_out, NAN);
+        ops::attention(d.q.data(), d.q_pos.data(), n_q, pc.kv, p, paged.data(), pool);
+        ++calls;
+        ASSERT_EQ(0, std::memcmp(paged.data(), contiguous.data(), n_out * 4))
+            << what << " page_slots " << pc.kv.page_slots << " threads " << pool.n_threads();
+        if (ps == 0 || ps == 4) {  // the paged reference: page 16 and a single page
+          ref::attention(d.q.data(), d.q_pos.data(), n_q, pc.kv, p, rp.data());
+          ASSERT_EQ(0, std::memcmp(rp.data(), r.data(), n_out * 4)) << what << " (reference)";
+        }
+      }
+    }
+  }
+  std::printf("paged attention: %d paged calls bit-identical; worst max |diff| vs double "
+              "reference: fp32 %.3g, AMX bf16 %.3g\n", calls, worst_fp32, worst_amx);
+}
+
+// Decode / verify shapes over a long paged cache in the engine's block-table style (page 16,
+// pages shuffled, many holes): paged == contiguous for query counts 1..20 and 1/2/3 threads,
+// on every path.
+TEST(AttentionPaged, DecodeAndVerifyOverLongCache) {
+  ThreadPool p1(1), p2(2), p3(3);
+  const Case c{8, 2, 64, 32};
+  const int64_t n_kv = 1000;
+  for (const PathConfig& path : attention_paths()) {
+    PathScope scope(path);
+    for (int64_t n_q = 1; n_q <= 20; n_q += (n_q < 4 ? 1 : 5)) {
+      const Data d = make_paged_data(c, n_q, n_kv, 900 + static_cast<uint32_t>(n_q));
+      const AttnParams p = params(c, Window{-1, 0}, d, n_q % 2 == 0);
+      const int64_t n_out = n_q * c.n_heads * c.d_v;
+      std::vector<float> contiguous(n_out);
+      ops::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(),
+                     n_kv, p, contiguous.data(), p1);
+      PagedCache pc;
+      paginate(c, d, n_kv, 16, 7 + static_cast<uint32_t>(n_q), pc);
+      for (ThreadPool* pool : {&p1, &p2, &p3}) {
+        std::vector<float> paged(n_out, NAN);
+        ops::attention(d.q.data(), d.q_pos.data(), n_q, pc.kv, p, paged.data(), *pool);
+        ASSERT_EQ(0, std::memcmp(paged.data(), contiguous.data(), n_out * 4))
+            << path.name << " n_q " << n_q << " threads " << pool->n_threads();
+      }
+    }
+  }
 }
 
 }  // namespace

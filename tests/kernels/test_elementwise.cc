@@ -1,9 +1,16 @@
-// rms_norm, add_rms_norm, silu_mul, add_inplace, rope_neox vs the scalar reference on odd sizes.
+// rms_norm, add_rms_norm, silu_mul, add_inplace, rope_neox, gelu_tanh_mul, softcap, scale_inplace
+// vs the scalar reference on odd sizes.
 // Bounds: rms_norm NMSE < 1e-12 (fp32 lanes vs double sum of squares); silu_mul max relative
 // error < 2e-6 (polynomial exp); add_inplace and rope_neox bit-exact (same operations).
-// rms_norm is checked per row for batch invariance (bit-exact across n_rows).
+// rms_norm is checked per row for batch invariance (bit-exact across n_rows). gelu_tanh_mul and
+// softcap vs double references: gelu max relative error < 1.5e-6 for |x| ≤ 4 (condition-aware
+// beyond: see the test), softcap < 1e-6, tanh ≤ 4 ulp (measured values
+// are printed); offsets, lengths, aliasing and pool splits bit-exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "kernel_test_util.h"
@@ -76,6 +83,144 @@ TEST(Elementwise, RopeNeox) {
   }
 }
 
+// Relative error of a against the double-precision reference r, with an absolute floor for
+// results that are ~0 (|r| < 1e-30: both are "zero" for inference).
+double rel_err(float a, float r) {
+  const double d = std::fabs(double(a) - double(r));
+  return std::fabs(r) < 1e-30 ? (d < 1e-30 ? 0.0 : d) : d / std::fabs(double(r));
+}
+
+// Inputs that probe the tails: dense grid on [-lim, lim] plus specials.
+std::vector<float> sweep(float lim, int64_t n) {
+  std::vector<float> x;
+  for (int64_t i = 0; i <= n; ++i) x.push_back(-lim + 2 * lim * static_cast<float>(i) / n);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-8f, -1e-8f, 0.6249999f, 0.625f, 0.6250001f,
+                  -0.625f, 9.0f, 9.5f, -9.5f, 20.0f, -20.0f, 100.0f, -100.0f, 1e30f, -1e30f})
+    x.push_back(v);
+  return x;
+}
+
+TEST(Elementwise, GeluTanhMulVsDoubleReference) {
+  double worst_all = 0;
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    // Accuracy of gelu_tanh itself (up = 1) over a dense grid.
+    const auto x = sweep(10.0f, 200000);
+    const std::vector<float> one(x.size(), 1.0f);
+    std::vector<float> y(x.size()), r(x.size());
+    ops::gelu_tanh_mul(x.data(), one.data(), x.size(), y.data());
+    ref::gelu_tanh_mul(x.data(), one.data(), x.size(), r.data());
+    // For x < 0 the result x·e^(2u)/(1 + e^(2u)) is ill-conditioned in u: the fp32 rounding of u
+    // (and of the fp32 constants √(2/π), 0.044715·√(2/π)), ~2 ulp, is amplified by 2|u| (87 at
+    // x = -10, where gelu ≈ -1e-37). So the bound is condition-aware; |x| ≤ 4 (the range
+    // activations live in) is reported and bounded separately.
+    double worst = 0, worst4 = 0, worst_scaled = 0, worst_m1 = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double e = rel_err(y[i], r[i]);
+      const double xd = x[i], u2 = 2 * std::fabs(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd));
+      const double cond = 1.0 + (x[i] < 0 ? std::min(u2, 200.0) : 0.0);
+      ASSERT_LE(e, 4e-7 * cond) << isa_name(isa) << " x = " << x[i] << ": " << y[i] << " vs " << r[i];
+      worst = std::max(worst, e);
+      worst_scaled = std::max(worst_scaled, e / cond);
+      if (std::fabs(x[i]) <= 4.0f) worst4 = std::max(worst4, e);
+      if (x[i] >= -1.0f) worst_m1 = std::max(worst_m1, e);
+    }
+    ASSERT_LT(worst4, 1.5e-6) << isa_name(isa);
+    std::printf("gelu_tanh %s: max relative error vs double: %.3g for x >= -1, %.3g for |x| <= 4, "
+                "%.3g over [-10, 10]; max of error / (1 + 2|u|) for x < 0: %.3g\n",
+                isa_name(isa), worst_m1, worst4, worst, worst_scaled);
+    worst_all = std::max(worst_all, worst4);
+    // Products with up, odd sizes; NMSE.
+    for (int64_t n : {1, 5, 16, 31, 1000, 4097}) {
+      const auto g = randn(n, n, 3.0f), u = randn(n, n + 1);
+      std::vector<float> o(n), ro(n);
+      ops::gelu_tanh_mul(g.data(), u.data(), n, o.data());
+      ref::gelu_tanh_mul(g.data(), u.data(), n, ro.data());
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_LE(rel_err(o[i], ro[i]), 1e-6 * (1 + std::fabs(g[i]) * (g[i] < 0 ? 8 : 0))) << isa_name(isa) << " " << i;
+      ASSERT_LT(test::nmse(o.data(), ro.data(), n), 1e-12);
+    }
+  }
+  EXPECT_LT(worst_all, 1.5e-6);
+}
+
+// softcap with cap = 1 is tanh itself: measured in ulps over a dense grid; then Gemma's caps.
+TEST(Elementwise, SoftcapVsDoubleReference) {
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    auto x = sweep(12.0f, 240000);
+    for (float v = 1e-6f; v < 1.0f; v *= 1.01f) x.push_back(v);  // log grid near 0
+    std::vector<float> y = x, r = x;
+    ops::softcap(y.data(), y.size(), 1.0f);
+    ref::softcap(r.data(), r.size(), 1.0f);
+    double worst_ulp = 0, worst_rel = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double ulp = std::fabs(r[i]) > 0 ? std::ldexp(1.0, std::ilogb(r[i]) - 23) : 1e-45;
+      const double u = std::fabs(double(y[i]) - double(r[i])) / ulp;
+      ASSERT_LE(u, 4.0) << isa_name(isa) << " tanh(" << x[i] << ") = " << y[i] << " vs " << r[i];
+      ASSERT_EQ(std::signbit(y[i]), std::signbit(r[i])) << x[i];
+      worst_ulp = std::max(worst_ulp, u);
+      worst_rel = std::max(worst_rel, rel_err(y[i], r[i]));
+    }
+    std::printf("tanh (softcap cap=1) %s: max error %.2f ulp, max relative error %.3g\n",
+                isa_name(isa), worst_ulp, worst_rel);
+    // Specials: ±inf → ±cap, NaN stays NaN.
+    float sp[3] = {INFINITY, -INFINITY, NAN};
+    ops::softcap(sp, 3, 30.0f);
+    EXPECT_EQ(sp[0], 30.0f);
+    EXPECT_EQ(sp[1], -30.0f);
+    EXPECT_TRUE(std::isnan(sp[2]));
+    for (float cap : {30.0f, 50.0f})
+      for (int64_t n : {1, 5, 16, 31, 1000, 4097}) {
+        auto a = randn(n, n + 7, 40.0f), b = a;
+        ops::softcap(a.data(), n, cap);
+        ref::softcap(b.data(), n, cap);
+        for (int64_t i = 0; i < n; ++i) ASSERT_LE(rel_err(a[i], b[i]), 1e-6) << isa_name(isa) << " " << i;
+        ASSERT_LT(test::nmse(a.data(), b.data(), n), 1e-12);
+      }
+  }
+}
+
+TEST(Elementwise, ScaleInplaceIsExact) {
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    for (int64_t n : {1, 5, 16, 31, 1000}) {
+      auto a = randn(n, n), b = a;
+      ops::scale_inplace(a.data(), n, 0.0883883f);
+      for (auto& v : b) v *= 0.0883883f;
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n * 4)) << isa_name(isa);
+    }
+  }
+}
+
+// Element i's result depends only on element i: calls starting at odd offsets, of any length,
+// and in-place calls (out aliasing gate or up) give the same bits.
+TEST(Elementwise, GeluSoftcapOffsetAndAliasInvariant) {
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    const int64_t n = 1000;
+    const auto g = randn(n, 11, 3.0f), u = randn(n, 12);
+    std::vector<float> full(n), sc = randn(n, 13, 40.0f), sc_full = sc;
+    ops::gelu_tanh_mul(g.data(), u.data(), n, full.data());
+    ops::softcap(sc_full.data(), n, 30.0f);
+    for (int64_t off : {1, 7, 13, 40}) {
+      for (int64_t len : {n - off, int64_t(3), int64_t(17)}) {
+        std::vector<float> part(len);
+        ops::gelu_tanh_mul(g.data() + off, u.data() + off, len, part.data());
+        ASSERT_EQ(0, std::memcmp(part.data(), full.data() + off, len * 4)) << isa_name(isa) << " " << off;
+        std::vector<float> s2(sc.begin() + off, sc.begin() + off + len);
+        ops::softcap(s2.data(), len, 30.0f);
+        ASSERT_EQ(0, std::memcmp(s2.data(), sc_full.data() + off, len * 4)) << isa_name(isa) << " " << off;
+      }
+    }
+    std::vector<float> ag = g, au = u;
+    ops::gelu_tanh_mul(ag.data(), u.data(), n, ag.data());
+    ops::gelu_tanh_mul(g.data(), au.data(), n, au.data());
+    ASSERT_EQ(0, std::memcmp(ag.data(), full.data(), n * 4));
+    ASSERT_EQ(0, std::memcmp(au.data(), full.data(), n * 4));
+  }
+}
+
 // Prefill-sized calls split over a pool give exactly the single-thread result.
 TEST(Elementwise, PoolSplitIsBitIdentical) {
   ThreadPool p2(2), p3(3);
@@ -88,13 +233,18 @@ TEST(Elementwise, PoolSplitIsBitIdentical) {
     const auto cs = randn(rows * n_rot / 2, 6), sn = randn(rows * n_rot / 2, 7);
     auto run = [&](ThreadPool* pool) {
       std::vector<float> out;
-      std::vector<float> y(x.size()), res = r0, y2(x.size()), s(n), a = g, rp = x;
+      std::vector<float> y(x.size()), res = r0, y2(x.size()), s(n), a = g, rp = x, ge(n),
+          sc = g, sl = g;
       ops::rms_norm(x.data(), w.data(), rows, dim, 1e-6f, y.data(), pool);
       ops::add_rms_norm(res.data(), x.data(), w.data(), rows, dim, 1e-6f, y2.data(), pool);
       ops::silu_mul(g.data(), u.data(), n, s.data(), pool);
       ops::add_inplace(a.data(), u.data(), n, pool);
       ops::rope_neox(rp.data(), rows, dim, heads, hd, n_rot, cs.data(), sn.data(), pool);
-      for (auto* v : {&y, &res, &y2, &s, &a, &rp}) out.insert(out.end(), v->begin(), v->end());
+      ops::gelu_tanh_mul(g.data(), u.data(), n, ge.data(), pool);
+      ops::softcap(sc.data(), n, 30.0f, pool);
+      ops::scale_inplace(sl.data(), n, 0.125f, pool);
+      for (auto* v : {&y, &res, &y2, &s, &a, &rp, &ge, &sc, &sl})
+        out.insert(out.end(), v->begin(), v->end());
       return out;
     };
     const auto one = run(nullptr);

@@ -103,16 +103,10 @@ TEST(MiMoGolden, WindowEdgePlusOne) {
   const int32_t n = int32_t(g.i32("prompt_ids").size());
   const auto want = g.f32("window_plus1_logits_from_n_minus_1");
   const auto base = g.f32("full_logits");
-  ::setenv("DFL_WINDOW_EDGE", "w+1", 1);
   auto pool = test::make_pool();
-  std::unique_ptr<CausalLM> m;
-  try {
-    m = load_causal_lm(dir, LoadOptions{}, *pool);
-  } catch (...) {
-    ::unsetenv("DFL_WINDOW_EDGE");
-    throw;
-  }
-  ::unsetenv("DFL_WINDOW_EDGE");
+  LoadOptions lo;
+  lo.config.window_edge = WindowEdge::kInclusiveWPlus1;  // the --window-edge w+1 option
+  std::unique_ptr<CausalLM> m = load_causal_lm(dir, lo, *pool);
   const ModelConfig& c = m->config();
   for (const auto& l : c.layers)
     if (l.attn == AttnKind::kSliding) EXPECT_EQ(l.window, (Window{c.mimo->sliding_window, 0}));

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "bench_concurrency.h"
 #include "bench_machine.h"
 #include "commands.h"
 #include "core/error.h"
@@ -48,6 +49,8 @@ const std::vector<FlagSpec> kFlags = {
                          "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
     {"--bw-mib", "MiB", "buffer of the bandwidth test (default 1024)"},
     {"--skip", "LIST", "skip parts: machine,prefill,decode,verify,draft,dflash"},
+    {"--concurrency", "C,C", "batched engine throughput with C requests at once (e.g. 1,4,16): "
+                             "target-only and DFlash (with --assume-tau: PROJECTED); runs only this"},
     {"--json", "", "print one JSON object instead of the markdown report"},
     {"--json-out", "FILE", "also write the JSON object to FILE"},
     {"--help", "", "show this help"},
@@ -216,6 +219,55 @@ int cmd_bench(int argc, char** argv) {
     return skip.find(key) == std::string::npos;
   };
   const bool as_json = args.has("--json");
+  if (args.has("--concurrency")) {
+    ConcurrencyBench cb;
+    cb.engine.model_dir = args.str("--model");
+    cb.engine.draft_dir = args.str("--draft");
+    cb.engine.threads = threads;
+    cb.engine.weights_format = wfmt;
+    cb.engine.prepack = lo.prepack;
+    cb.engine.calibrate = auto_block;
+    cb.levels = parse_ints(args.str("--concurrency"), "--concurrency");
+    cb.tokens = tg;
+    cb.repeats = R;
+    cb.block = auto_block ? kBlockAuto : block_flag;
+    if (!taus.empty()) {
+      const int32_t B = load_model_config(args.str("--draft")).dflash->block_size;
+      cb.assume_tau = taus.front();
+      DFL_CHECK(cb.assume_tau >= 1.0 && cb.assume_tau <= B, "--assume-tau must be in [1, ", B, "]");
+      cb.replay = replay_lengths(cb.assume_tau, B - 1, nullptr);
+    }
+    nlohmann::ordered_json J = run_concurrency_bench(cb, [&](const std::string& s) {
+      if (!as_json) std::fprintf(stderr, "[bench] %s\n", s.c_str());
+    });
+    J["cpu"] = cpu_model_name();
+    J["isa"] = isa_description();
+    J["threads"] = threads;
+    J["date_utc"] = now_utc();
+    J["loadavg"] = loadavg();
+    if (args.has("--json-out")) {
+      std::ofstream f(args.str("--json-out"));
+      f << J.dump(2) << "\n";
+    }
+    if (as_json) {
+      std::cout << J.dump(2) << "\n";
+    } else {
+      std::printf("| concurrency | target-only tok/s | TTFT ms | ITL ms |%s\n",
+                  J.contains("concurrency_dflash_tok_s") ? " DFlash tok/s | DFlash ITL ms | tau | DFlash / target |" : "");
+      for (int32_t c : cb.levels) {
+        const std::string k = std::to_string(c);
+        std::printf("| %d | %.1f | %.1f | %.2f |", c, J["concurrency_tok_s"][k].get<double>(),
+                    J["concurrency_ttft_ms"][k].get<double>(), J["concurrency_itl_ms"][k].get<double>());
+        if (J.contains("concurrency_dflash_tok_s"))
+          std::printf(" %.1f | %.2f | %.2f | %.2fx |", J["concurrency_dflash_tok_s"][k].get<double>(),
+                      J["concurrency_dflash_itl_ms"][k].get<double>(), J["concurrency_dflash_tau"][k].get<double>(),
+                      J["concurrency_dflash_tok_s"][k].get<double>() / std::max(1e-9, J["concurrency_tok_s"][k].get<double>()));
+        std::printf("\n");
+      }
+      std::printf("kv_blocks_leaked: %lld\n", (long long)J["kv_blocks_leaked"].get<int64_t>());
+    }
+    return 0;
+  }
   auto note = [&](const std::string& s) {
     std::fprintf(stderr, "[bench] %s\n", s.c_str());
     std::fflush(stderr);
@@ -486,13 +538,14 @@ int cmd_bench(int argc, char** argv) {
       // The target's own continuation scripts the replayed acceptance (bench_proposers.h).
       Generator plain(*target, nullptr);
       const GenerateResult truth = plain.generate(req);
-      replayer = std::make_unique<ReplayProposer>(*proposer, truth.tokens, kSpecPrompt, *replay, V);
+      replayer = std::make_unique<ReplayProposer>(*proposer, *replay, V);
+      replayer->add_truth(req.prompt, truth.tokens);
     }
     Generator gen(*target, replay ? static_cast<Proposer*>(replayer.get()) : proposer.get());
     std::vector<double> tr, tau, dms, vms, cms;
     std::vector<int64_t> hist;
     for (int r = 0; r < R; ++r) {  // (warm already: the verify and drafter parts ran first)
-      if (replayer) replayer->reset(0);
+      if (replayer) replayer->restart();
       const GenerateResult res = gen.generate(req);
       tr.push_back(res.decode_s / std::max(1, res.stats.generated_tokens - 1));
       tau.push_back(res.stats.mean_acceptance_length());

@@ -40,9 +40,10 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
     e["index"] = il;
     e["attention"] = attn_kind_name(l.attn);
     e["window"] = {l.window.left, l.window.right};
-    e["causal"] = l.causal;
+    // Both derived from the one resolved window (never stored twice).
+    e["causal"] = l.window.right == 0;
     e["sinks"] = l.sinks;
-    e["sliding_window"] = l.sliding_window;
+    e["sliding_window"] = l.attn == AttnKind::kSliding ? l.window.left + 1 : 0;  // keys incl. the query
     e["num_heads"] = l.n_heads;
     e["num_kv_heads"] = l.n_kv_heads;
     e["head_dim"] = l.head_dim;

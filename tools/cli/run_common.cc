@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "model/config_json.h"
 
 namespace dfl::cli {
 
@@ -19,6 +20,8 @@ const std::vector<FlagSpec>& engine_flags() {
       {"--max-batch-tokens", "N", "rows per step, the chunked-prefill budget (default 512)"},
       {"--weights", "FMT", "bf16 (default: as stored, prepacked where the machine has a faster "
                            "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
+      {"--window-edge", "E", "MiMo sliding layers keep W keys (w, default: HF/vLLM) or W+1 "
+                             "(w+1: SGLang's reading)"},
   };
   return f;
 }
@@ -59,6 +62,8 @@ EngineOptions engine_options(const Args& args) {
             "--weights must be bf16, stored or q8, got '", wfmt, "'");
   if (wfmt == "q8") eo.weights_format = WeightsFormat::kQ8;
   eo.prepack = wfmt != "stored";
+  if (args.has("--window-edge"))
+    eo.config.window_edge = cfg::parse_window_edge(args.str("--window-edge"), "--window-edge");
   const bool auto_block = args.str("--block-size") == "auto";
   DFL_CHECK(!auto_block || args.has("--draft"), "--block-size auto needs --draft");
   eo.calibrate = auto_block;

@@ -14,6 +14,11 @@
 // leaves its state exactly unchanged), so results do not depend on the thread count or on how
 // rows are grouped; they differ from the fp32 one-query path by the bf16 rounding of Q, K, P
 // and V (~3 significant digits per product, fp32 sums) — the documented price of prefill speed.
+//
+// Paged caches (ops.h KvPages): the packing gathers each 16-slot half of a key block from its
+// own page (page_slots = 16 puts the two halves of a 32-slot block on different pages) and the
+// positions are gathered once per call; the tiles are the same bytes as for the contiguous
+// call, so the results are bit-identical to it.
 #include <immintrin.h>
 
 #include "kernels/cpu/amx_tiles.h"
@@ -57,25 +62,43 @@ int64_t task_scratch_floats(const Shape& s) {
   return 16 * s.dcp * 16 + 16 * s.nvc * 16 + 16 * 32 + 16 * 16 + 16 * 16 + 3 * 16 + 16;
 }
 
-inline bool slot_used(const int32_t* k_pos, int64_t n_kv, int64_t j) {
-  return j < n_kv && k_pos[j] >= 0;
+// The 16 slots [j0, j0 + 16) of one kv head: they lie in one page (ops.h KvPages: page_slots
+// is a multiple of 16, or there is one page), so a 32-slot key block is two such halves, each
+// from its own page when page_slots = 16.
+struct Half {
+  const float* k = nullptr;    // slot j0 + j at k + j * ks
+  const float* v = nullptr;
+  const int32_t* pos = nullptr;
+  int n = 0;                   // slots of the half below n_slots
+  bool used(int j) const { return j < n && pos[j] >= 0; }
+};
+
+Half half_at(const KvPages& kv, const AttnParams& p, int32_t kvh, int64_t j0) {
+  Half h;
+  if (j0 >= kv.n_slots) return h;
+  const int64_t pg = j0 / kv.page_slots, row = j0 - pg * kv.page_slots;
+  h.k = kv.k[pg] + (row * p.n_kv_heads + kvh) * p.d_qk;
+  h.v = kv.v[pg] + (row * p.n_kv_heads + kvh) * p.d_v;
+  h.pos = kv.pos[pg] + row;
+  h.n = static_cast<int>(imin(16, kv.n_slots - j0));
+  return h;
 }
 
 // Packs key blocks [b, e) of kv head kvh.
-void pack_kv(const float* k, const float* v, const int32_t* k_pos, const AttnParams& p,
-             const Shape& s, int32_t kvh, int64_t b, int64_t e, uint16_t* kp, uint16_t* vp) {
+void pack_kv(const KvPages& kv, const AttnParams& p, const Shape& s, int32_t kvh, int64_t b,
+             int64_t e, uint16_t* kp, uint16_t* vp) {
   const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
   const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
   alignas(64) uint32_t rows[16][16];
   for (int64_t kb = b; kb < e; ++kb) {
+    const Half half[2] = {half_at(kv, p, kvh, kb * kKT), half_at(kv, p, kvh, kb * kKT + 16)};
     // K: tile (kb, half, dc)[pair][slot] = (K[slot][2 pair], K[slot][2 pair + 1]).
     for (int h = 0; h < 2; ++h)
       for (int64_t dc = 0; dc < s.dcp; ++dc) {
         for (int j = 0; j < 16; ++j) {
-          const int64_t slot = kb * kKT + h * 16 + j;
           __m512i packed = _mm512_setzero_si512();
-          if (slot_used(k_pos, s.n_kv, slot)) {
-            const float* kr = k + slot * ks + kvh * p.d_qk + dc * 32;
+          if (half[h].used(j)) {
+            const float* kr = half[h].k + j * ks + dc * 32;
             const long left = p.d_qk - dc * 32;
             const __m512 lo = _mm512_maskz_loadu_ps(lanes16(left), kr);
             const __m512 hi = _mm512_maskz_loadu_ps(lanes16(left - 16), kr + 16);
@@ -95,13 +118,12 @@ void pack_kv(const float* k, const float* v, const int32_t* k_pos, const AttnPar
       uint16_t* tile = vp + (kb * s.nvc + vc) * kTile;
       const __mmask16 m = lanes16(p.d_v - vc * 16);
       for (int pr = 0; pr < 16; ++pr) {
-        const int64_t s0 = kb * kKT + 2 * pr, s1 = s0 + 1;
-        const __m512 a = slot_used(k_pos, s.n_kv, s0)
-                             ? _mm512_maskz_loadu_ps(m, v + s0 * vs + kvh * p.d_v + vc * 16)
-                             : _mm512_setzero_ps();
-        const __m512 c = slot_used(k_pos, s.n_kv, s1)
-                             ? _mm512_maskz_loadu_ps(m, v + s1 * vs + kvh * p.d_v + vc * 16)
-                             : _mm512_setzero_ps();
+        const Half& hf = half[pr / 8];  // slots 2 pr, 2 pr + 1 of the block
+        const int j0 = 2 * pr % 16, j1 = j0 + 1;
+        const __m512 a = hf.used(j0) ? _mm512_maskz_loadu_ps(m, hf.v + j0 * vs + vc * 16)
+                                     : _mm512_setzero_ps();
+        const __m512 c = hf.used(j1) ? _mm512_maskz_loadu_ps(m, hf.v + j1 * vs + vc * 16)
+                                     : _mm512_setzero_ps();
         const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(c, a);
         _mm512_store_si512(tile + pr * 32, _mm512_permutexvar_epi16(interleave, ab));
       }
@@ -226,10 +248,18 @@ int64_t attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads) 
   return task_scratch_floats(s) * n_threads + (s.k_tiles() + s.v_tiles()) * kTile / 2 + 16;
 }
 
-void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
-               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
-               ThreadPool& pool, float* work) {
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out, ThreadPool& pool, float* work,
+               int32_t* pos_work) {
+  const int64_t n_kv = kv.n_slots;
   const Shape s = shape_of(p, n_kv);
+  // Positions contiguous for the per-block visibility (a copy when the cache is paged).
+  const int32_t* k_pos = kv.pos[0];
+  if (n_kv > kv.page_slots) {
+    for (int64_t j = 0, pg = 0; j < n_kv; j += kv.page_slots, ++pg)
+      for (int64_t r = 0, n = imin(kv.page_slots, n_kv - j); r < n; ++r) pos_work[j + r] = kv.pos[pg][r];
+    k_pos = pos_work;
+  }
   const int32_t G = p.n_heads / p.n_kv_heads;
   const int64_t per_thread = task_scratch_floats(s);
   float* packs = work + per_thread * pool.n_threads();
@@ -240,7 +270,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
   const int nt = pool.n_threads();
   for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
     pool.parallel_for(s.n_kb, [&](int64_t b, int64_t e, int) {
-      pack_kv(k, v, k_pos, p, s, kvh, b, e, kp, vp);
+      pack_kv(kv, p, s, kvh, b, e, kp, vp);
     });
     // Tasks (query tile, head) dealt round-robin: causal work stays balanced.
     pool.run_on_all([&](int tid) {

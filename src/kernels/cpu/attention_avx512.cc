@@ -20,6 +20,10 @@
 // in its own page). For long query runs (prefill) each kv head's K and V are first copied into
 // contiguous [slot][d] buffers — a pure copy, so results are unchanged — and the tiles read
 // those. Tiles are handed to threads round-robin so causal (triangular) work stays balanced.
+//
+// Paged caches (ops.h KvPages): a block of 16 slots lies in one page, so a block only fetches
+// its page's K/V/position pointers; the copy path gathers through the pages (and gathers the
+// positions once). Same blocks, same arithmetic: bit-identical to the contiguous call.
 #include <immintrin.h>
 
 #include <cstring>
@@ -38,11 +42,16 @@ constexpr int kRB = 4;       // rows per register tile
 constexpr int kTileRows = 8; // rows per tile: kTileRows / G queries × G heads (G ≤ kTileRows)
 constexpr int kMaxRows = 64; // wider groups are split into tiles of ≤ kMaxRows heads of one query
 
-// One kv head's keys and values: slot j at k + j * ks, v + j * vs.
-struct KvHead {
-  const float* k;
-  const float* v;
-  int64_t ks, vs;
+// One kv head's keys, values and positions over pages (ops.h KvPages): slot j = row r of page
+// g = j / page_slots at k[g] + r * ks + koff, v[g] + r * vs + voff, pos[g][r]. A block of 16
+// slots never straddles a page (page_slots % 16 == 0, or a single page), so its pointers are
+// fetched once per block.
+struct KvView {
+  const float* const* k;
+  const float* const* v;
+  const int32_t* const* pos;
+  int64_t ks, vs, koff, voff;
+  int64_t page_slots;
 };
 
 // acc[j] (16 vectors) → one vector whose lane j is Σ acc[j].
@@ -151,8 +160,8 @@ TileScratch carve(float* base, const AttnParams& p) {
 
 // Queries [i0, i0 + nq) × heads [h0, h0 + G) of one kv head; row r = (i0 + r / G, h0 + r % G).
 void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, int32_t h0,
-                 int32_t G, const KvHead& kv, const int32_t* k_pos, int64_t n_kv,
-                 const AttnParams& p, float* out, const TileScratch& t) {
+                 int32_t G, const KvView& kv, int64_t n_kv, const AttnParams& p, float* out,
+                 const TileScratch& t) {
   const int R = static_cast<int>(nq * G);  // ≤ kMaxRows (tile_rows)
   const int dq = p.d_qk, dv = p.d_v;
   const int nvc = (dv + 15) / 16;
@@ -174,15 +183,17 @@ void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
   unsigned vis[kMaxRows];
   for (int64_t j0 = 0; j0 < n_kv; j0 += kKB) {
     const int nk = static_cast<int>(imin(kKB, n_kv - j0));
+    const int64_t pg = j0 / kv.page_slots, row = j0 - pg * kv.page_slots;
+    const int32_t* k_pos = kv.pos[pg] + row;
     unsigned any = 0;
     for (int64_t qi = 0; qi < nq; ++qi) {
-      const unsigned vq = visible_slots16(k_pos + j0, nk, q_pos[i0 + qi], p.window);
+      const unsigned vq = visible_slots16(k_pos, nk, q_pos[i0 + qi], p.window);
       for (int g = 0; g < G; ++g) vis[qi * G + g] = vq;
       any |= vq;
     }
     if (!any) continue;
-    const float* kb = kv.k + j0 * kv.ks;
-    const float* vb = kv.v + j0 * kv.vs;
+    const float* kb = kv.k[pg] + row * kv.ks + kv.koff;
+    const float* vb = kv.v[pg] + row * kv.vs + kv.voff;
     // Logits and softmax, kRB rows at a time.
     for (int r0 = 0; r0 < R; r0 += kRB) {
       const int rb = static_cast<int>(imin(kRB, R - r0));
@@ -244,14 +255,24 @@ void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
   }
 }
 
-// Copies rows [b, e) of one kv head into contiguous [slot][d] buffers.
-void pack_head(const float* k, const float* v, int64_t b, int64_t e, const AttnParams& p,
-               int32_t kvh, float* kp, float* vp) {
+// Copies slots [b, e) of one kv head from the pages into contiguous [slot][d] buffers. Empty
+// slots are not copied (their rows stay garbage, which the kernel never lets reach a result,
+// exactly as with garbage in the cache itself).
+void pack_head(const KvPages& kv, int64_t b, int64_t e, const AttnParams& p, int32_t kvh,
+               float* kp, float* vp) {
   const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
   const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
-  for (int64_t j = b; j < e; ++j) {
-    std::memcpy(kp + j * p.d_qk, k + j * ks + kvh * p.d_qk, sizeof(float) * p.d_qk);
-    std::memcpy(vp + j * p.d_v, v + j * vs + kvh * p.d_v, sizeof(float) * p.d_v);
+  const int64_t ps = kv.page_slots;
+  for (int64_t j = b; j < e;) {
+    const int64_t pg = j / ps, r0 = j - pg * ps, r1 = imin(ps, r0 + (e - j));
+    const int32_t* pos = kv.pos[pg];
+    const float* kpage = kv.k[pg] + kvh * p.d_qk;
+    const float* vpage = kv.v[pg] + kvh * p.d_v;
+    for (int64_t r = r0; r < r1; ++r, ++j) {
+      if (pos[r] < 0) continue;
+      std::memcpy(kp + j * p.d_qk, kpage + r * ks, sizeof(float) * p.d_qk);
+      std::memcpy(vp + j * p.d_v, vpage + r * vs, sizeof(float) * p.d_v);
+    }
   }
 }
 
@@ -267,9 +288,10 @@ int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, in
   return scratch_floats_per_thread(p) * n_threads + (pack ? n_kv * (p.d_qk + p.d_v) : 0);
 }
 
-void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
-               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
-               ThreadPool& pool, float* work) {
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kvp,
+               const AttnParams& p, float* out, ThreadPool& pool, float* work,
+               int32_t* pos_work) {
+  const int64_t n_kv = kvp.n_slots;
   const int32_t G = p.n_heads / p.n_kv_heads;
   const int64_t per_thread = scratch_floats_per_thread(p);
   const int64_t tq = tile_queries(p), th = tile_heads(p);
@@ -289,7 +311,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
         const int64_t i0 = qt * tq, nq = imin(tq, n_q - i0);
         const int32_t g0 = static_cast<int32_t>(ht * th);
         const int32_t gn = static_cast<int32_t>(imin(th, G - g0));
-        attend_tile(q, q_pos, i0, nq, kvh * G + g0, gn, head_view(kvh), k_pos, n_kv, p, out, ts);
+        attend_tile(q, q_pos, i0, nq, kvh * G + g0, gn, head_view(kvh), n_kv, p, out, ts);
       }
     });
   };
@@ -297,15 +319,27 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
     const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
     const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
     run_tiles(0, p.n_kv_heads, [&](int32_t kvh) {
-      return KvHead{k + kvh * p.d_qk, v + kvh * p.d_v, ks, vs};
+      return KvView{kvp.k, kvp.v, kvp.pos, ks, vs, kvh * p.d_qk, kvh * p.d_v, kvp.page_slots};
     });
     return;
   }
+  // The copies are one page: contiguous K/V of one head, and the positions (gathered once).
   float* kp = work + per_thread * nt;
   float* vp = kp + n_kv * p.d_qk;
+  const int32_t* pos = kvp.pos[0];
+  if (n_kv > kvp.page_slots) {
+    for (int64_t j = 0, pg = 0; j < n_kv; j += kvp.page_slots, ++pg)
+      std::memcpy(pos_work + j, kvp.pos[pg], sizeof(int32_t) * imin(kvp.page_slots, n_kv - j));
+    pos = pos_work;
+  }
+  const float* kpages[1] = {kp};
+  const float* vpages[1] = {vp};
+  const int32_t* ppages[1] = {pos};
   for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
-    pool.parallel_for(n_kv, [&](int64_t b, int64_t e, int) { pack_head(k, v, b, e, p, kvh, kp, vp); }, 64);
-    run_tiles(kvh, kvh + 1, [&](int32_t) { return KvHead{kp, vp, p.d_qk, p.d_v}; });
+    pool.parallel_for(n_kv, [&](int64_t b, int64_t e, int) { pack_head(kvp, b, e, p, kvh, kp, vp); }, 64);
+    run_tiles(kvh, kvh + 1, [&](int32_t) {
+      return KvView{kpages, vpages, ppages, p.d_qk, p.d_v, 0, 0, n_kv};
+    });
   }
 }
 

@@ -33,17 +33,21 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, int32_t* c);
-// work: attention_work_floats(p, n_q, n_kv, pool.n_threads()) floats (per-thread tile scratch
-// and, for long query runs, one kv head's K/V copied contiguous).
+// work: attention_work_floats(p, n_q, kv.n_slots, pool.n_threads()) floats (per-thread tile
+// scratch and, for long query runs, one kv head's K/V copied contiguous); pos_work: kv.n_slots
+// int32 (the positions gathered contiguous when the K/V copy is made).
 int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, int n_threads);
-void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
-               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
-               ThreadPool& pool, float* work);
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out, ThreadPool& pool, float* work,
+               int32_t* pos_work);
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
                   float eps, float* y);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void add_inplace(float* y, const float* x, int64_t n);
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+void softcap(float* x, int64_t n, float cap);
+void scale_inplace(float* x, int64_t n, float s);
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin);
 }  // namespace avx512
@@ -59,11 +63,12 @@ int64_t matmul_bf16_block_floats(int64_t M);
 void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                  uint16_t* xb, float* cb);
 // Attention of long query runs (ops.h: n_q >= kAmxAttentionMinQueries) with bf16 tiles.
-// work: attention_work_floats(p, n_kv, pool.n_threads()) floats. Only call when amx_usable().
+// work: attention_work_floats(p, kv.n_slots, pool.n_threads()) floats; pos_work: kv.n_slots
+// int32 (positions gathered contiguous). Only call when amx_usable().
 int64_t attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads);
-void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
-               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
-               ThreadPool& pool, float* work);
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out, ThreadPool& pool, float* work,
+               int32_t* pos_work);
 }  // namespace amx
 
 namespace avx2 {

@@ -83,6 +83,40 @@ void add_inplace(float* y, const float* x, int64_t n) {
   }
 }
 
+// gelu_tanh(g)·up with gelu_tanh(g) = g·σ(2u) = g / (1 + e^(-2u)), u = √(2/π)·g·(1 + 0.044715·g²):
+// the same operations as the portable version, with the vector exp.
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 k0 = _mm512_set1_ps(0.7978845608028654f);
+  const __m512 k1 = _mm512_set1_ps(0.7978845608028654f * 0.044715f);
+  const __m512 m2 = _mm512_set1_ps(-2.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes16(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 u = _mm512_mul_ps(g, _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(g, g), k1), k0));
+    const __m512 e = exp16(_mm512_mul_ps(m2, u));
+    const __m512 y = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(y, _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  const __m512 c = _mm512_set1_ps(cap);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes16(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(c, tanh16(_mm512_div_ps(v, c))));
+  }
+}
+
+void scale_inplace(float* x, int64_t n, float s) {
+  const __m512 sv = _mm512_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes16(n - i);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sv));
+  }
+}
+
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin) {
   const int64_t half = n_rot / 2;

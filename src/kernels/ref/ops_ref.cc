@@ -1,6 +1,8 @@
 // Scalar reference ops: straightforward loops, double accumulation where it is cheap, so they
 // serve as the oracle that optimized kernels are measured against.
 #include <cmath>
+#include <cstdint>
+#include <numbers>
 #include <vector>
 
 #include "core/error.h"
@@ -61,6 +63,19 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const double c = std::sqrt(2.0 / std::numbers::pi);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = gate[i];
+    const double u = c * (x + 0.044715 * x * x * x);
+    out[i] = static_cast<float>(x / (1.0 + std::exp(-2.0 * u)) * double(up[i]));
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(double(cap) * std::tanh(double(x[i]) / cap));
+}
+
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin) {
   const int64_t half = n_rot / 2;
@@ -78,8 +93,24 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
   }
 }
 
-void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
-               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out) {
+// Slot j of a paged cache: page j / page_slots, row j % page_slots (ops.h KvPages).
+namespace {
+struct Slot {
+  const float* k;
+  const float* v;
+  int32_t pos;
+};
+Slot slot_at(const KvPages& kv, const AttnParams& p, int64_t j, int32_t kvh) {
+  const int64_t page = j / kv.page_slots, row = j % kv.page_slots;
+  return {kv.k[page] + (row * p.n_kv_heads + kvh) * p.d_qk,
+          kv.v[page] + (row * p.n_kv_heads + kvh) * p.d_v, kv.pos[page][row]};
+}
+}  // namespace
+
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out) {
+  DFL_ASSERT(kv.n_slots == 0 || kv.page_slots > 0);
+  const int64_t n_kv = kv.n_slots;
   const int32_t group = p.n_heads / p.n_kv_heads;
   std::vector<double> logits(n_kv);
   for (int64_t i = 0; i < n_q; ++i) {
@@ -88,13 +119,13 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
       const float* qv = q + (i * p.n_heads + h) * p.d_qk;
       double mx = p.sinks ? double(p.sinks[h]) : -INFINITY;
       for (int64_t j = 0; j < n_kv; ++j) {
-        if (!kv_visible(q_pos[i], k_pos[j], p.window)) {
+        const Slot sl = slot_at(kv, p, j, kvh);
+        if (!kv_visible(q_pos[i], sl.pos, p.window)) {
           logits[j] = -INFINITY;
           continue;
         }
-        const float* kv = k + (j * p.n_kv_heads + kvh) * p.d_qk;
         double dot = 0.0;
-        for (int32_t d = 0; d < p.d_qk; ++d) dot += double(qv[d]) * kv[d];
+        for (int32_t d = 0; d < p.d_qk; ++d) dot += double(qv[d]) * sl.k[d];
         logits[j] = dot * p.scale;
         if (logits[j] > mx) mx = logits[j];
       }
@@ -109,12 +140,22 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
         if (std::isinf(logits[j])) continue;
         const double e = std::exp(logits[j] - mx);
         denom += e;
-        const float* vv = v + (j * p.n_kv_heads + kvh) * p.d_v;
+        const float* vv = slot_at(kv, p, j, kvh).v;
         for (int32_t d = 0; d < p.d_v; ++d) acc[d] += e * vv[d];
       }
       for (int32_t d = 0; d < p.d_v; ++d) o[d] = denom > 0 ? static_cast<float>(acc[d] / denom) : 0.0f;
     }
   }
+}
+
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
+               const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out) {
+  const float* kp[1] = {k};
+  const float* vp[1] = {v};
+  const int32_t* pp[1] = {k_pos};
+  DFL_ASSERT(n_kv <= INT32_MAX);
+  const KvPages kv{kp, vp, pp, n_kv, static_cast<int32_t>(n_kv > 0 ? n_kv : 1)};
+  attention(q, q_pos, n_q, kv, p, out);
 }
 
 }  // namespace dfl::ref

@@ -5,9 +5,100 @@
 #include "core/error.h"
 #include "core/mmap.h"
 #include "io/torch_pickle.h"
+#include "model/config_json.h"
+#include "model/family.h"
 #include "model/weights.h"
 
 namespace dfl {
+
+namespace {
+
+using namespace cfg;
+
+void parse_dflash(const nlohmann::json& root, ModelConfig& c, const ConfigOptions& opts) {
+  c.family = Family::kDFlashDraft;
+  parse_common(root, c);
+  const LayerSpec proto = base_layer(root, c);
+  DFlashSpec d;
+  if (const json* v = dflash_key(root, "block_size")) d.block_size = static_cast<int32_t>(as_int(*v, "block_size"));
+  DFL_CHECK(d.block_size >= 2 && d.block_size <= 256, "config: block_size must be in [2, 256], got ",
+            d.block_size);
+  const json* mid = dflash_key(root, "mask_token_id");
+  DFL_CHECK(mid, "config: drafter has no dflash_config.mask_token_id");
+  const int64_t mask = as_int(*mid, "mask_token_id");
+  DFL_CHECK(mask >= 0 && mask < c.vocab_size, "config: mask_token_id ", mask,
+            " is out of range for vocab_size ", c.vocab_size);
+  d.mask_token_id = static_cast<int32_t>(mask);
+  d.num_target_layers = static_cast<int32_t>(opt_int(root, "num_target_layers").value_or(0));
+  if (const json* ids = dflash_key(root, "target_layer_ids")) {
+    DFL_CHECK(ids->is_array() && !ids->empty(), "config: target_layer_ids must be a non-empty list");
+    for (const auto& e : *ids) {
+      const int64_t t = as_int(e, "target_layer_ids");
+      DFL_CHECK(t >= 0 && t < 100000, "config: target_layer_ids entry ", t, " is out of range");
+      d.target_layer_ids.push_back(static_cast<int32_t>(t));
+    }
+    d.has_explicit_target_layer_ids = true;
+  } else {
+    DFL_CHECK(d.num_target_layers > 0,
+              "config: drafter has neither target_layer_ids nor num_target_layers");
+    d.target_layer_ids = default_target_layer_ids(d.num_target_layers, c.n_layers);
+  }
+  if (const json* v = dflash_key(root, "attention_value_scale")) {
+    DFL_CHECK(v->is_number(), "config: attention_value_scale must be a number");
+    d.attention_value_scale = v->get<float>();
+  }
+  if (const json* v = dflash_key(root, "backbone_rotary_base")) {
+    DFL_CHECK(v->is_number() && v->get<double>() > 0, "config: backbone_rotary_base must be > 0");
+    d.backbone_rotary_base = v->get<float>();
+  }
+
+  DraftAttnConfig a;
+  if (const json* lt = find_key(root, "layer_types")) {
+    DFL_CHECK(lt->is_array(), "config: layer_types must be a list");
+    std::vector<std::string> types;
+    for (const auto& e : *lt) {
+      DFL_CHECK(e.is_string(), "config: layer_types entries must be strings");
+      types.push_back(e.get<std::string>());
+    }
+    a.layer_types = std::move(types);
+  }
+  const json* dc = find_key(root, "dflash_config");
+  if (dc) DFL_CHECK(dc->is_object(), "config: dflash_config must be an object");
+  static const json kEmpty = json::object();
+  const json& dcfg = dc ? *dc : kEmpty;
+  a.use_swa = opt_bool(dcfg, "use_swa").value_or(false);
+  // Clamp before narrowing so an absurd value is reported, not wrapped.
+  auto window_key = [](std::optional<int64_t> w) -> std::optional<int32_t> {
+    if (!w) return std::nullopt;
+    return static_cast<int32_t>(std::clamp<int64_t>(*w, -1, int64_t(1) << 30));
+  };
+  a.swa_window_size = window_key(opt_int(dcfg, "swa_window_size"));
+  a.sliding_window = window_key(opt_int(root, "sliding_window"));
+  a.is_causal = opt_bool(root, "is_causal");
+  a.dflash_causal = opt_bool(dcfg, "causal");
+  bool sinks = false;
+  if (auto s = opt_bool(dcfg, "attention_sink_bias")) sinks = *s;
+  else if (auto s2 = opt_bool(root, "add_swa_attention_sink_bias")) sinks = *s2;
+
+  c.layers.assign(c.n_layers, proto);
+  for (int il = 0; il < c.n_layers; ++il) {
+    const ResolvedAttn r = resolve_draft_layer_attention(a, il, c.n_layers);
+    LayerSpec& l = c.layers[il];
+    l.attn = r.kind;
+    l.window = r.window;
+    l.sinks = sinks;
+  }
+  c.dflash = std::move(d);
+}
+
+bool claims_dflash(const nlohmann::json& root) {
+  return root.is_object() && root.contains("dflash_config");
+}
+
+}  // namespace
+
+const FamilyEntry kDFlashDraftFamily = {Family::kDFlashDraft, {"DFlashDraftModel"}, {}, claims_dflash,
+                                        parse_dflash, nullptr};
 
 std::string mask_embedding_file(const std::string& dir) {
   const std::string path = dir + "/mask_embedding.pt";
@@ -65,7 +156,7 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
 
   KvPoolOptions po;
   po.max_seqs = opts.n_seqs;
-  po.slack = std::max({opts.max_block, d.block_size, 256});
+  po.slack = std::max(opts.max_block, d.block_size);
   po.max_context = opts.max_context + po.slack;
   own_kv_ = std::make_unique<KvPool>(kv_layout(cfg_), po);
   kv_ = own_kv_.get();
@@ -81,9 +172,9 @@ void DFlashDraftModel::run(const std::vector<DraftJob>& jobs, CausalLM& target,
 void DFlashDraftModel::prepare(const std::vector<DraftJob>& jobs) {
   for (const DraftJob& j : jobs) {
     DFL_CHECK(j.seq >= 0 && j.seq < kv_->max_seqs(), "drafter sequence slot ", j.seq, " out of range");
-    DFL_CHECK(j.n_ctx >= 0 && j.n_ctx <= kv_->slack(), "drafter context of ", j.n_ctx,
+    DFL_CHECK(j.n_ctx >= 0 && (j.n_ctx <= kv_->slack() || !kv_->has_rings()), "drafter context of ", j.n_ctx,
               " rows at once (limit ", kv_->slack(), ")");
-    DFL_CHECK(j.n_block == 0 || (j.n_block >= 2 && j.n_block <= kv_->slack()), "draft block of ",
+    DFL_CHECK(j.n_block == 0 || (j.n_block >= 2 && (j.n_block <= kv_->slack() || !kv_->has_rings())), "draft block of ",
               j.n_block, " tokens (limit ", kv_->slack(), ")");
     const int32_t end = kv_->length(j.seq) + j.n_ctx + j.n_block;
     DFL_CHECK(end <= kv_->max_context(), "drafter context overflow: ", end, " > ", kv_->max_context());
@@ -172,7 +263,7 @@ void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM&
 
 void DFlashDraftModel::append_context(int32_t seq, const float* taps, int32_t n, int32_t pos0) {
   DFL_CHECK(pos0 == kv_->length(seq), "drafter context at ", pos0, " but cache holds ", kv_->length(seq));
-  const int32_t chunk = kv_->slack();
+  const int32_t chunk = kv_->has_rings() ? kv_->slack() : std::max(n, 1);
   std::vector<DraftJob> jobs(1);
   for (int32_t c0 = 0; c0 < n; c0 += chunk) {
     jobs[0].seq = seq;

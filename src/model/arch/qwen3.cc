@@ -4,13 +4,29 @@
 #include <memory>
 
 #include "core/error.h"
-#include "model/arch/families.h"
+#include "model/config_json.h"
 #include "model/decoder.h"
+#include "model/family.h"
 #include "model/weights.h"
 
 namespace dfl {
 
 namespace {
+
+using namespace cfg;
+
+void parse_qwen3(const nlohmann::json& root, ModelConfig& c, const ConfigOptions& opts) {
+  c.family = Family::kQwen3;
+  parse_common(root, c);
+  const LayerSpec proto = base_layer(root, c);
+  const bool use_sw = opt_bool(root, "use_sliding_window").value_or(false);
+  DFL_CHECK(!use_sw, "config: Qwen3 use_sliding_window=true is not supported");
+  c.layers.assign(c.n_layers, proto);
+  for (auto& l : c.layers) {
+    l.attn = AttnKind::kFull;
+    l.window = causal_window(AttnKind::kFull, 0);
+  }
+}
 
 class Qwen3Model final : public DecoderLM {
  public:
@@ -35,10 +51,13 @@ class Qwen3Model final : public DecoderLM {
   }
 };
 
-}  // namespace
-
 std::unique_ptr<CausalLM> make_qwen3(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool) {
   return std::make_unique<Qwen3Model>(std::move(cfg), opts, pool);
 }
+
+}  // namespace
+
+const FamilyEntry kQwen3Family = {Family::kQwen3, {"Qwen3ForCausalLM"}, {"qwen3"}, nullptr,
+                                  parse_qwen3, make_qwen3};
 
 }  // namespace dfl
