@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "server/engine_worker.h"
 #include "server/job.h"
+#include "server/job_state.h"
 #include "server/metrics.h"
 #include "server/openai_response.h"
 #include "tokenizer/tokenizer.h"
@@ -55,64 +56,6 @@ const char* default_message(int status) {
   }
 }
 
-// One choice of a job, as its updates arrive.
-struct ChoiceAcc {
-  std::string text;
-  std::vector<TokenLogprob> logprobs;
-  bool finished = false;
-  FinishReason reason = FinishReason::kNone;
-  std::string error;
-  std::optional<RequestStats> stats;
-  // streaming
-  std::optional<ChatOutput> chat;
-  int32_t tool_index = 0;
-  int64_t text_offset = 0;
-};
-
-// A job's progress: shared by the handler and (for streams) the content provider.
-struct JobState {
-  std::shared_ptr<Job> job;
-  ResponseHead head;
-  std::string tool_prefix;  // tool-call ids: call_<prefix><choice>_<n>
-  Clock::time_point start, deadline;
-  Clock::time_point last_write;  // streams: the last bytes sent (for heartbeats)
-  int32_t prompt_tokens = 0;
-  bool in_think = false;
-  bool reasoning = false;  // split <think> blocks out of chat content
-  std::vector<ChoiceAcc> choices;
-  int32_t n_finished = 0;
-  bool ended = false;      // the stream's terminator was written (or the response built)
-  std::string end_status = "ok";
-
-  bool all_finished() const { return n_finished == int32_t(choices.size()); }
-  void apply(const JobEvent& ev) {
-    ChoiceAcc& c = choices[ev.choice];
-    const RequestUpdate& u = ev.update;
-    c.text += u.text_delta;
-    c.logprobs.insert(c.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
-    if (u.finished && !c.finished) {
-      c.finished = true;
-      c.reason = u.reason;
-      c.error = u.error;
-      c.stats = ev.stats;
-      ++n_finished;
-    }
-  }
-  Usage usage() const {
-    Usage u;
-    u.prompt_tokens = prompt_tokens;
-    for (const ChoiceAcc& c : choices)
-      if (c.stats) u.completion_tokens += c.stats->generated_tokens;
-    return u;
-  }
-  SpecFigures spec() const {
-    SpecFigures f;
-    for (const ChoiceAcc& c : choices)
-      if (c.stats) f.add(*c.stats);
-    return f;
-  }
-};
-
 }  // namespace
 
 bool secret_equal(const std::string& a, const std::string& b) {
@@ -137,9 +80,7 @@ struct Server::Impl {
   int port = 0;
   std::atomic<bool> draining{false};
   std::atomic<int> in_flight{0};  // POST handlers and open streams
-  std::mutex drain_mu;
   std::thread drain_thread;
-  std::atomic<bool> stopped{false};
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   int64_t created = std::time(nullptr);
@@ -180,94 +121,11 @@ struct Server::Impl {
   }
 
   void log(const JobState& s, int status) const {
-    if (!opts.log_requests) return;
-    const Usage u = s.usage();
-    const SpecFigures f = s.spec();
-    std::string finish;
-    for (const ChoiceAcc& c : s.choices)
-      finish += std::string(finish.empty() ? "" : ",") + (c.finished ? finish_reason_name(c.reason) : "unfinished");
-    std::fprintf(stderr,
-                 "[serve] %s status=%d n=%zu prompt=%lld completion=%lld tau=%.2f accepted=%lld/%lld "
-                 "finish=%s end=%s time=%.3fs\n",
-                 s.head.id.c_str(), status, s.choices.size(), (long long)u.prompt_tokens,
-                 (long long)u.completion_tokens, f.mean_acceptance_length(),
-                 (long long)f.num_accepted_tokens, (long long)f.num_draft_tokens, finish.c_str(),
-                 s.end_status.c_str(),
-                 std::chrono::duration<double>(Clock::now() - s.start).count());
+    if (opts.log_requests) std::fprintf(stderr, "[serve] %s\n", s.summary(status).c_str());
   }
 
-  ChoiceOut choice_out(const JobState& s, int32_t i) const {
-    const ChoiceAcc& c = s.choices[i];
-    ChoiceOut o;
-    o.index = i;
-    o.want_logprobs = s.job->req.logprobs;
-    o.logprobs = c.logprobs;
-    bool tools = false;
-    if (s.job->req.kind == ApiKind::kChat) {
-      ChatOutput out(s.reasoning, s.in_think, s.job->req.parse_tool_calls, s.tool_prefix + std::to_string(i));
-      ChatDelta a = out.push(c.text), b = out.finish();
-      o.text = a.content + b.content;
-      o.reasoning = a.reasoning + b.reasoning;
-      o.tool_calls = std::move(a.calls);
-      for (auto& t : b.calls) o.tool_calls.push_back(std::move(t));
-      tools = out.saw_tool_calls();
-    } else {
-      o.text = c.text;
-    }
-    o.finish_reason = finish_reason_text(c.reason, tools);
-    return o;
-  }
-
-  // Stream text for one update of choice ev.choice (may be empty).
-  std::string stream_update(JobState& s, const JobEvent& ev) const {
-    ChoiceAcc& c = s.choices[ev.choice];
-    const RequestUpdate& u = ev.update;
-    const bool chat = s.job->req.kind == ApiKind::kChat;
-    const bool lp = s.job->req.logprobs && !u.logprobs.empty();
-    auto text = [this](int32_t id) { return token_text(id); };
-    std::string out;
-    if (chat) {
-      ChatDelta d = c.chat->push(u.text_delta);
-      if (u.finished) {
-        ChatDelta f = c.chat->finish();
-        d.reasoning += f.reasoning;
-        d.content += f.content;
-        for (auto& t : f.calls) d.calls.push_back(std::move(t));
-      }
-      if (!d.empty() || lp) {
-        out += sse_event(chat_chunk(s.head, ev.choice, false, d, c.tool_index,
-                                    lp ? chat_logprobs_json(u.logprobs, text) : Json(nullptr), "", nullptr));
-        c.tool_index += int32_t(d.calls.size());
-      }
-    } else if (!u.text_delta.empty() || lp) {
-      out += sse_event(completion_chunk(s.head, ev.choice, u.text_delta,
-                                        lp ? completion_logprobs_json(u.logprobs, text, c.text_offset) : Json(nullptr),
-                                        "", nullptr));
-      c.text_offset += int64_t(u.text_delta.size());
-    }
-    s.apply(ev);
-    if (u.finished) {
-      if (u.reason == FinishReason::kError || u.reason == FinishReason::kCancelled) {
-        const std::string msg = u.reason == FinishReason::kError ? "generation failed: " + u.error
-                                                                 : "the request was cancelled (server shutting down)";
-        out += sse_event(error_json(u.reason == FinishReason::kError ? 500 : 503, msg));
-        s.end_status = u.reason == FinishReason::kError ? "error" : "cancelled";
-      }
-      SpecFigures f;
-      if (ev.stats) f.add(*ev.stats);
-      const std::string fr = finish_reason_text(u.reason, chat && c.chat->saw_tool_calls());
-      out += sse_event(chat ? chat_chunk(s.head, ev.choice, false, ChatDelta{}, 0, Json(nullptr), fr, &f)
-                            : completion_chunk(s.head, ev.choice, "", Json(nullptr), fr, &f));
-    }
-    return out;
-  }
-
-  std::string stream_end(JobState& s) const {
-    std::string out;
-    if (s.job->req.include_usage) out += sse_event(usage_chunk(s.job->req.kind, s.head, s.usage(), s.spec()));
-    out += kSseDone;
-    s.ended = true;
-    return out;
+  TokenText token_texts() const {
+    return [this](int32_t id) { return token_text(id); };
   }
 
   void handle_generate(ApiKind kind, const httplib::Request& req, httplib::Response& res) {
@@ -324,10 +182,6 @@ struct Server::Impl {
 
     if (!p.stream) return finish_whole(*st, res);
 
-    if (kind == ApiKind::kChat)
-      for (int32_t i = 0; i < p.n; ++i)
-        st->choices[i].chat.emplace(st->reasoning, st->in_think, p.parse_tool_calls,
-                                    st->tool_prefix + std::to_string(i));
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto started = std::make_shared<bool>(false);
@@ -337,14 +191,12 @@ struct Server::Impl {
           std::string out;
           if (!*started) {
             *started = true;
-            if (st->job->req.kind == ApiKind::kChat)
-              for (int32_t i = 0; i < int32_t(st->choices.size()); ++i)
-                out += sse_event(chat_chunk(st->head, i, true, ChatDelta{}, 0, Json(nullptr), "", nullptr));
+            out = st->stream_begin();
           }
           auto wait_until = std::min(st->deadline, Clock::now() + std::chrono::milliseconds(250));
           std::optional<JobEvent> ev = st->job->channel.pop(wait_until);
           while (ev) {
-            out += stream_update(*st, *ev);
+            out += st->stream_update(*ev, token_texts());
             if (st->all_finished()) break;
             ev = st->job->channel.pop(Clock::now());  // whatever else is already there
           }
@@ -352,9 +204,9 @@ struct Server::Impl {
             worker.cancel(st->job);
             out += sse_event(error_json(504, "the request timed out", {}, "timeout"));
             st->end_status = "timeout";
-            out += stream_end(*st);
+            out += st->stream_end();
           } else if (st->all_finished()) {
-            out += stream_end(*st);
+            out += st->stream_end();
           }
           // An SSE comment after a silence (queued, long prefill): clients ignore it, and a
           // client that went away is found (and cancelled) by the failing write.
@@ -402,11 +254,7 @@ struct Server::Impl {
         return send_error(res, ApiError(503, "the request was cancelled (server shutting down)", {}, "draining"));
       }
     }
-    std::vector<ChoiceOut> out;
-    for (int32_t i = 0; i < int32_t(s.choices.size()); ++i) out.push_back(choice_out(s, i));
-    auto text = [this](int32_t id) { return token_text(id); };
-    res.set_content(dump(whole_response(s.job->req.kind, s.head, out, s.usage(), s.spec(), text)),
-                    "application/json");
+    res.set_content(dump(s.whole(token_texts())), "application/json");
     log(s, 200);
   }
 
@@ -526,7 +374,6 @@ int Server::start() {
     for (int i = 0; i < 500 && !s.http.is_running(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     s.http.stop();
-    s.stopped = true;
     s.stop_cv.notify_all();
   });
   return s.port;
