@@ -93,7 +93,8 @@ std::string JobState::stream_update(const JobEvent& ev, const TokenText& text) {
     out += sse_event(completion_chunk(
         head, ev.choice, u.text_delta,
         lp ? completion_logprobs_json(u.logprobs, text, c.text_offset) : Json(nullptr), "", nullptr));
-    c.text_offset += int64_t(u.text_delta.size());
+    if (lp)  // offsets count token texts, as in the whole response
+      for (const TokenLogprob& t : u.logprobs) c.text_offset += int64_t(text(t.token).size());
   }
   apply(ev);
   if (u.finished) {

@@ -25,7 +25,7 @@ struct ChoiceAcc {
   // streaming only
   std::optional<ChatOutput> chat;
   int32_t tool_index = 0;   // tool-call index of the next call in this choice
-  int64_t text_offset = 0;  // completions logprobs text_offset
+  int64_t text_offset = 0;  // completions logprobs: text_offset of the next token
 };
 
 struct JobState {
