@@ -59,7 +59,7 @@ int reg = [] {
       benchmark::RegisterBenchmark((std::string("Matmul/") + f.name + "/" + s.name).c_str(),
                                    BM_Matmul, f.fmt, s.N, s.K)
           ->ArgName("M")
-          ->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)
+          ->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(12)->Arg(16)->Arg(32)->Arg(64)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
     }

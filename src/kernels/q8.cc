@@ -103,19 +103,29 @@ void quantize_act_portable(const float* x, int64_t M, int64_t K, int8_t* q, floa
 
 }  // namespace
 
+// Calls of at least this many rows take AMX-INT8 where it is usable (cpu/q8_amx.cc): measured
+// crossover (docs/BENCHMARKS.md): below 8 rows the VNNI kernel is as fast (weight-bound), from 8
+// AMX is 0.8x at M = 8 and 0.5-0.57x at M = 16. Either kernel gives the same bits.
+constexpr int64_t kAmxQ8MinRows = 8;
+
 void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
                IsaLevel isa) {
   const int64_t nb = (w.n_in + kQ8Block - 1) / kQ8Block;
   thread_local std::vector<int8_t> qbuf;
   thread_local std::vector<float> dbuf;
   thread_local std::vector<int32_t> cbuf;
-  if (qbuf.size() < static_cast<size_t>(n_rows * nb * kQ8Block)) qbuf.resize(n_rows * nb * kQ8Block);
+  // Activation rows padded to a multiple of 16: the AMX kernel loads whole 16-row tiles.
+  const int64_t q_rows = (n_rows + 15) / 16 * 16;
+  if (qbuf.size() < static_cast<size_t>(q_rows * nb * kQ8Block)) qbuf.resize(q_rows * nb * kQ8Block);
   if (dbuf.size() < static_cast<size_t>(n_rows * nb)) dbuf.resize(n_rows * nb);
   if (cbuf.size() < static_cast<size_t>(n_rows * nb)) cbuf.resize(n_rows * nb);
   cpu::Q8Act a{qbuf.data(), dbuf.data(), cbuf.data(), nb};
   if (isa == IsaLevel::kAvx512) {
     cpu::avx512::quantize_act_q8(x, n_rows, w.n_in, qbuf.data(), dbuf.data(), cbuf.data());
-    cpu::avx512::matmul_q8(a, n_rows, w, y, pool);
+    if (n_rows >= kAmxQ8MinRows && amx_usable() && cpu_features().amx_int8)
+      cpu::amx::matmul_q8(a, n_rows, w, y, pool);  // same bits as the VNNI kernel
+    else
+      cpu::avx512::matmul_q8(a, n_rows, w, y, pool);
     return;
   }
   quantize_act_portable(x, n_rows, w.n_in, qbuf.data(), dbuf.data(), cbuf.data());

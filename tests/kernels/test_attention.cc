@@ -464,5 +464,24 @@ TEST(AttentionPaged, DecodeAndVerifyOverLongCache) {
   }
 }
 
+// An empty cache (n_slots = 0, null tables) reads nothing and gives zeros, sinks or not, on
+// every path and for decode- and prefill-length query runs.
+TEST(AttentionPaged, EmptyCacheGivesZeros) {
+  ThreadPool pool(2);
+  const Case c{4, 2, 32, 16};
+  for (const PathConfig& path : attention_paths()) {
+    PathScope scope(path);
+    for (int64_t n_q : {1, 16, 100}) {
+      const Data d = make_data(c, n_q, n_q, 5, false, false);
+      for (bool sinks : {false, true}) {
+        const AttnParams p = params(c, Window{-1, 0}, d, sinks);
+        std::vector<float> o(n_q * c.n_heads * c.d_v, NAN);
+        ops::attention(d.q.data(), d.q_pos.data(), n_q, KvPages{}, p, o.data(), pool);
+        for (float x : o) ASSERT_EQ(x, 0.0f) << path.name << " n_q " << n_q << " sinks " << sinks;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dfl

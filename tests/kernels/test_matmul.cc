@@ -8,7 +8,8 @@
 //                                                            < 1e-10
 //   Q8: vs ref on the dequantized Q8 weights (activation quantization only): < 5e-4
 //       vs the original bf16 weights (weight + activation quantization):      < 1e-3 (reported)
-//       AVX-512 and portable: bit-identical (same integer dots, same fp sequence)
+//       AVX-512 (VNNI, and AMX-INT8 for M >= 8) and portable: bit-identical (same integer dots,
+//       same fp sequence)
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -286,6 +287,43 @@ TEST(Matmul, Q8SameBitsOnEveryIsaLevelAndLayoutRoundTrips) {
     }
     for (size_t l = 1; l < ys.size(); ++l)
       ASSERT_EQ(0, std::memcmp(ys[0].data(), ys[l].data(), M * N * 4)) << "level " << l << " N=" << N;
+  }
+}
+
+// Q8 on AMX-INT8 (cpu/q8_amx.cc, M >= 8 where AMX is usable) against the VNNI kernel (AMX off)
+// and the portable one: every row of every M, bit for bit, on 1/2/3 threads. K covers 1..16
+// blocks (the kernel's 4-deep block pipeline with short tails), N ragged 16-row tiles, M up to 50
+// (several 16-row blocks with partial ones), rows shifted to land at every tile position.
+TEST(Matmul, Q8AmxInt8BitIdenticalToVnniAndPortable) {
+  set_amx_enabled(true);
+  if (!amx_usable() || !cpu_features().amx_int8) GTEST_SKIP() << "no AMX-INT8 on this machine";
+  ThreadPool p1(1), p2(2), p3(3);
+  ThreadPool* pools[] = {&p1, &p2, &p3};
+  for (const auto& nk : {std::pair<int64_t, int64_t>{16, 1}, {37, 64}, {21, 65}, {50, 130},
+                         {16, 200}, {33, 257}, {70, 1000}}) {
+    const int64_t N = nk.first, K = nk.second, rows = 60;
+    TestWeight tq;
+    make_weight(tq, Fmt::kQ8, N, K, 123 + static_cast<uint32_t>(K));
+    const auto x = randn(rows * K, 321 + static_cast<uint32_t>(N), 2.0f);
+    // The same rows one at a time on the VNNI kernel and on the portable one.
+    std::vector<float> vnni(rows * N), portable(rows * N);
+    set_amx_enabled(false);
+    ops::matmul(x.data(), rows, tq.w, vnni.data(), p1);
+    {
+      test::IsaScope scope(IsaLevel::kScalar);
+      ops::matmul(x.data(), rows, tq.w, portable.data(), p1);
+    }
+    set_amx_enabled(true);
+    ASSERT_EQ(0, std::memcmp(vnni.data(), portable.data(), vnni.size() * 4)) << "N=" << N << " K=" << K;
+    int n = 0;
+    for (int64_t M = 1; M <= 50; M += (M < 20 ? 1 : 7)) {
+      const int64_t off = (M * 7) % (rows - M + 1);
+      ThreadPool& pool = *pools[n++ % 3];
+      std::vector<float> y(M * N, NAN);
+      ops::matmul(x.data() + off * K, M, tq.w, y.data(), pool);
+      ASSERT_EQ(0, std::memcmp(y.data(), vnni.data() + off * N, y.size() * 4))
+          << "N=" << N << " K=" << K << " M=" << M << " threads " << pool.n_threads();
+    }
   }
 }
 

@@ -254,7 +254,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   const int64_t n_kv = kv.n_slots;
   const Shape s = shape_of(p, n_kv);
   // Positions contiguous for the per-block visibility (a copy when the cache is paged).
-  const int32_t* k_pos = kv.pos[0];
+  const int32_t* k_pos = n_kv > 0 ? kv.pos[0] : nullptr;
   if (n_kv > kv.page_slots) {
     for (int64_t j = 0, pg = 0; j < n_kv; j += kv.page_slots, ++pg)
       for (int64_t r = 0, n = imin(kv.page_slots, n_kv - j); r < n; ++r) pos_work[j + r] = kv.pos[pg][r];

@@ -62,6 +62,10 @@ constexpr int64_t kAmxBlockedMinRows = 64;
 int64_t matmul_bf16_block_floats(int64_t M);
 void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                  uint16_t* xb, float* cb);
+// Q8 (ops.h kPackedQ8) on AMX-INT8 tiles, bit-identical to avx512::matmul_q8. xq.q must have
+// round_up(M, 16) readable rows (rows past M are read, never used). Only call when
+// amx_usable() && cpu_features().amx_int8.
+void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Attention of long query runs (ops.h: n_q >= kAmxAttentionMinQueries) with bf16 tiles.
 // work: attention_work_floats(p, kv.n_slots, pool.n_threads()) floats; pos_work: kv.n_slots
 // int32 (positions gathered contiguous). Only call when amx_usable().
