@@ -7,6 +7,7 @@
 //   build-kern/bench/bench_matmul --benchmark_filter='MatmulStream' --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <deque>
 #include <string>
 
@@ -66,6 +67,84 @@ int reg = [] {
   return 0;
 }();
 
+// GGML block formats (GGUF weights) on Gemma-3-270M shapes, beside Q8 and BF16 on the same
+// shapes. Random quant bytes with sane f16 scales (speed does not depend on the values).
+//   bench/bench_matmul --benchmark_filter='Gemma'
+struct GgmlWeight {
+  std::vector<uint8_t> bytes;
+  PackedWeight packed;  // prepack_weight (Q4_K → kPackedQ4K16 on AVX-512)
+  WeightMatrix w;
+};
+const GgmlWeight& ggml_weight_cached(DType t, int64_t N, int64_t K) {
+  static std::map<std::tuple<int, int64_t, int64_t>, std::unique_ptr<GgmlWeight>> cache;
+  auto key = std::make_tuple(static_cast<int>(t), N, K);
+  if (auto it = cache.find(key); it != cache.end()) return *it->second;
+  cache.clear();
+  auto& g = cache[key];
+  g = std::make_unique<GgmlWeight>();
+  const int64_t nb = N * K / dtype_block_elems(t), bb = dtype_block_bytes(t);
+  g->bytes.resize(static_cast<size_t>(nb * bb));
+  uint64_t s = 99 + N + K;
+  for (auto& b : g->bytes) b = static_cast<uint8_t>(xorshift(s));
+  const uint16_t d = f32_to_f16(0.002f);
+  const int at = t == DType::kQ6_K ? 208 : 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    std::memcpy(g->bytes.data() + i * bb + at, &d, 2);
+    if (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ4_1 || t == DType::kQ5_1)
+      std::memcpy(g->bytes.data() + i * bb + 2, &d, 2);
+  }
+  g->packed = prepack_weight(ggml_weight(t, N, K, g->bytes.data()), &pool());
+  g->w = g->packed.matrix();
+  return *g;
+}
+
+void BM_MatmulGgml(benchmark::State& st, DType t, int64_t N, int64_t K) {
+  const int64_t M = st.range(0);
+  const GgmlWeight& g = ggml_weight_cached(t, N, K);
+  const auto x = random_f32(M * K, 7);
+  std::vector<float> y(M * N);
+  for (auto _ : st) {
+    ops::matmul(x.data(), M, g.w, y.data(), pool());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["bytes_per_second"] = benchmark::Counter(
+      static_cast<double>(g.bytes.size()), benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1024);
+  st.counters["GFLOPs"] = benchmark::Counter(2.0 * M * N * K * 1e-9,
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+
+int reg_gemma = [] {
+  const struct {
+    const char* name;
+    int64_t N, K;
+  } shapes[] = {
+      {"640x2048", 640, 2048},        // Gemma-3-270M ffn_down
+      {"2048x640", 2048, 640},        // gate / up (K = 640: 32-element formats only)
+      {"262144x640", 262144, 640},    // tied embedding / head (Q8_0 in the real file)
+      {"262144x768", 262144, 768},    // the same with K a multiple of 256 (K formats)
+  };
+  const struct {
+    const char* name;
+    DType t;
+  } gfmts[] = {{"Q4_K", DType::kQ4_K}, {"Q5_K", DType::kQ5_K}, {"Q6_K", DType::kQ6_K},
+               {"Q8_0", DType::kQ8_0}, {"Q5_0", DType::kQ5_0}, {"Q4_0", DType::kQ4_0}};
+  for (auto& sh : shapes) {
+    for (auto& f : gfmts) {
+      if (sh.K % dtype_block_elems(f.t) != 0) continue;
+      benchmark::RegisterBenchmark((std::string("Gemma/") + f.name + "/" + sh.name).c_str(),
+                                   BM_MatmulGgml, f.t, sh.N, sh.K)
+          ->ArgName("M")->Arg(1)->Arg(4)->Arg(16)
+          ->Unit(benchmark::kMicrosecond)->UseRealTime();
+    }
+    for (auto& f : {std::make_pair("Q8", WFmt::kQ8), std::make_pair("BF16", WFmt::kBF16)})
+      benchmark::RegisterBenchmark((std::string("Gemma/") + f.first + "/" + sh.name).c_str(),
+                                   BM_Matmul, f.second, sh.N, sh.K)
+          ->ArgName("M")->Arg(1)->Arg(4)->Arg(16)
+          ->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
+  return 0;
+}();
 
 // Copies of one weight (same values), together >= kStreamBytes, so a call never hits the LLC.
 constexpr double kStreamBytes = 1.1 * (1 << 30);

@@ -16,7 +16,33 @@ constexpr DTypeInfo kInfos[] = {
     {DType::kI16, "I16", 2},       {DType::kI32, "I32", 4},       {DType::kI64, "I64", 8},
     {DType::kU8, "U8", 1},         {DType::kBool, "BOOL", 1},     {DType::kF64, "F64", 8},
 };
+struct BlockInfo {
+  DType type;
+  const char* name;
+  int64_t elems, bytes;
+};
+constexpr BlockInfo kBlocks[] = {
+    {DType::kQ8_0, "Q8_0", 32, 34},  {DType::kQ4_0, "Q4_0", 32, 18},
+    {DType::kQ4_1, "Q4_1", 32, 20},  {DType::kQ5_0, "Q5_0", 32, 22},
+    {DType::kQ5_1, "Q5_1", 32, 24},  {DType::kQ4_K, "Q4_K", 256, 144},
+    {DType::kQ5_K, "Q5_K", 256, 176}, {DType::kQ6_K, "Q6_K", 256, 210},
+};
+const BlockInfo* block_info(DType t) {
+  for (const auto& b : kBlocks)
+    if (b.type == t) return &b;
+  return nullptr;
+}
 }  // namespace
+
+bool dtype_is_block(DType t) { return block_info(t) != nullptr; }
+int64_t dtype_block_elems(DType t) {
+  const BlockInfo* b = block_info(t);
+  return b ? b->elems : 1;
+}
+int64_t dtype_block_bytes(DType t) {
+  const BlockInfo* b = block_info(t);
+  return b ? b->bytes : static_cast<int64_t>(dtype_size(t));
+}
 
 size_t dtype_size(DType t) {
   for (const auto& i : kInfos)
@@ -27,6 +53,7 @@ size_t dtype_size(DType t) {
 const char* dtype_name(DType t) {
   for (const auto& i : kInfos)
     if (i.type == t) return i.name;
+  if (const BlockInfo* b = block_info(t)) return b->name;
   return "?";
 }
 

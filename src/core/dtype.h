@@ -24,11 +24,39 @@ enum class DType : uint8_t {
   kU8,
   kBool,
   kF64,
+  // GGML block-quantized formats (GGUF). A row of n elements is n / dtype_block_elems() blocks
+  // of dtype_block_bytes() bytes each, laid out exactly as ggml stores them (ggml-common.h):
+  //   Q8_0 (32 el, 34 B): f16 d, i8 q[32]                          w = d·q
+  //   Q4_0 (32, 18): f16 d, u8 qs[16] (lo nibbles = el 0..15, hi = 16..31)     w = d·(q − 8)
+  //   Q4_1 (32, 20): f16 d, f16 m, u8 qs[16]                       w = d·q + m
+  //   Q5_0 (32, 22): f16 d, u8 qh[4] (bit j = 5th bit of el j), qs[16]         w = d·(q − 16)
+  //   Q5_1 (32, 24): f16 d, f16 m, qh[4], qs[16]                   w = d·q + m
+  //   Q4_K (256, 144): f16 d, f16 dmin, u8 scales[12] (8 × 6-bit scale + 6-bit min), qs[128]
+  //   Q5_K (256, 176): f16 d, f16 dmin, scales[12], qh[32], qs[128]
+  //   Q6_K (256, 210): u8 ql[128], qh[64], i8 scales[16], f16 d
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
 };
 
-// Bytes per element.
+// Block geometry: 1 element of dtype_size() bytes for the plain types; see above for the
+// block-quantized ones (for which dtype_size() is 0).
+bool dtype_is_block(DType t);
+int64_t dtype_block_elems(DType t);
+int64_t dtype_block_bytes(DType t);
+// Bytes of one row of n elements (n must be a multiple of dtype_block_elems; checked by callers).
+inline int64_t dtype_row_bytes(DType t, int64_t n) {
+  return n / dtype_block_elems(t) * dtype_block_bytes(t);
+}
+
+// Bytes per element (0 for the block-quantized types).
 size_t dtype_size(DType t);
-// The safetensors spelling ("F32", "BF16", "F8_E4M3", ...).
+// The safetensors spelling ("F32", "BF16", "F8_E4M3", ...); ggml's for block types ("Q4_K").
 const char* dtype_name(DType t);
 // Parses a safetensors dtype string; returns false for unknown names.
 bool dtype_from_safetensors(std::string_view s, DType* out);

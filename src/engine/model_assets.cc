@@ -6,6 +6,8 @@
 
 #include "core/error.h"
 #include "core/mmap.h"
+#include "engine/gguf_tokenizer.h"
+#include "io/checkpoint.h"
 
 namespace dfl {
 
@@ -24,7 +26,36 @@ std::string token_text(const nlohmann::json& v) {
 }
 }  // namespace
 
+// A GGUF file carries its own vocabulary, special ids and (maybe) chat template; a folder with
+// the .gguf and an HF tokenizer.json / tokenizer_config.json uses those files instead.
+ModelAssets load_folder(const std::string& dir);
+
+ModelAssets load_gguf_assets(const std::string& gguf_path, const std::string& folder) {
+  ModelAssets a = folder.empty() ? ModelAssets{} : load_folder(folder);
+  a.dir = folder.empty() ? gguf_path : folder;
+  const GgufFile f(gguf_path);
+  if (!a.tokenizer && f.has("tokenizer.ggml.tokens")) a.tokenizer = gguf_tokenizer(f);
+  if (!a.chat)
+    if (auto t = gguf_chat_template(f)) a.chat = ChatTemplate::from_string(*t);
+  const GgufSpecialIds ids = gguf_special_ids(f);
+  add_id(a.eos_ids, ids.eos);
+  add_id(a.eos_ids, ids.eot);
+  if (a.tokenizer) {
+    // Gemma's chat end token, when the vocabulary has it.
+    const int32_t eot = a.tokenizer->piece_to_id("<end_of_turn>");
+    if (eot >= 0) add_id(a.eos_ids, eot);
+  }
+  return a;
+}
+
 ModelAssets ModelAssets::load(const std::string& dir) {
+  if (const std::string g = gguf_file(dir); !g.empty())
+    return load_gguf_assets(g, dir_exists(dir) && file_exists(dir + "/tokenizer.json") ? dir : "");
+  return load_folder(dir);
+}
+
+// tokenizer.json, tokenizer_config.json, generation_config.json of a folder (each optional).
+ModelAssets load_folder(const std::string& dir) {
   DFL_CHECK(dir_exists(dir), "model folder '", dir, "' does not exist");
   ModelAssets a;
   a.dir = dir;

@@ -83,17 +83,56 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
 
   for (const auto& f : files_)
     for (const auto& t : f->tensors()) tensors_.push_back(&t);
+  index_tensors();
+  for (const auto& f : files_)
+    for (const auto& [k, v] : f->metadata()) metadata_.emplace(k, v);
+}
+
+Checkpoint::Checkpoint(const std::string& gguf_path,
+                       const std::function<std::string(std::string_view)>& rename)
+    : dir_(gguf_path), gguf_(std::make_unique<GgufFile>(gguf_path)) {
+  gguf_tensors_.reserve(gguf_->tensors().size());
+  for (const GgufTensor& t : gguf_->tensors()) {
+    std::string name = rename(t.name);
+    if (name.empty()) continue;
+    TensorInfo ti;
+    ti.name = std::move(name);
+    ti.dtype = t.dtype(gguf_path);
+    ti.shape = t.ne.size() <= 1 ? t.shape() : std::vector<int64_t>{t.rows(), t.cols()};
+    ti.data = t.data;
+    ti.nbytes = t.nbytes;
+    ti.file = gguf_path;
+    gguf_tensors_.push_back(std::move(ti));
+  }
+  for (const auto& t : gguf_tensors_) tensors_.push_back(&t);
+  index_tensors();
+}
+
+void Checkpoint::index_tensors() {
   std::sort(tensors_.begin(), tensors_.end(),
             [](const TensorInfo* a, const TensorInfo* b) { return a->name < b->name; });
   for (size_t i = 1; i < tensors_.size(); ++i) {
-    DFL_CHECK(tensors_[i - 1]->name != tensors_[i]->name, "checkpoint '", dir, "': tensor '",
+    DFL_CHECK(tensors_[i - 1]->name != tensors_[i]->name, "checkpoint '", dir_, "': tensor '",
               tensors_[i]->name, "' is stored twice (in '", tensors_[i - 1]->file, "' and '",
               tensors_[i]->file, "')");
   }
   used_ = std::make_unique<std::atomic<bool>[]>(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) used_[i].store(false, std::memory_order_relaxed);
-  for (const auto& f : files_)
-    for (const auto& [k, v] : f->metadata()) metadata_.emplace(k, v);
+}
+
+std::string gguf_file(const std::string& path) {
+  if (ends_with(path, ".gguf")) return path;
+  if (!dir_exists(path)) return "";
+  if (!list_files(path, ".safetensors").empty()) return "";
+  const auto g = list_files(path, ".gguf");
+  if (g.empty()) return "";
+  if (g.size() > 1) {
+    std::string all;
+    for (const auto& x : g) all += " " + x;
+    throw Error(str("folder '", path, "' holds several GGUF files (", all.substr(1),
+                    "): pass the one to use"));
+  }
+  return (fs::path(path) / g[0]).string();
 }
 
 void Checkpoint::add_file(const std::string& path) {

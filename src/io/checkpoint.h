@@ -10,6 +10,11 @@
 // shard the index names, or a shard path escaping the folder is a dfl::Error. A tensor stored in
 // two files is an error in every mode.
 //
+// A GGUF file (llama.cpp's format) is a checkpoint too: gguf_file() finds it (a `.gguf` path, or
+// a folder whose only weights are one `.gguf`), and the GGUF constructor exposes its tensors under
+// the names a family's `rename` gives them (e.g. "blk.0.attn_q.weight" → the HF name), in torch
+// shape order, with their GGML dtypes (block-quantized data stays as stored).
+//
 // Requests are tracked: every tensor returned by find()/require() is marked used, so the model
 // loader can list leftovers with unused_names() (ignoring prefixes such as "model.mtp.").
 // Tracking uses relaxed atomics, so concurrent lookups are safe; the object is otherwise immutable.
@@ -25,6 +30,9 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include <functional>
+
+#include "io/gguf.h"
 #include "io/safetensors.h"
 
 namespace dfl {
@@ -58,6 +66,9 @@ class Checkpoint {
  public:
   // Opens the folder `dir`; throws dfl::Error naming the folder/file/tensor on any problem.
   explicit Checkpoint(const std::string& dir);
+  // Opens a GGUF file; every tensor is listed under rename(its GGUF name) ("" = skip it).
+  Checkpoint(const std::string& gguf_path,
+             const std::function<std::string(std::string_view)>& rename);
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
 
@@ -82,9 +93,12 @@ class Checkpoint {
   std::vector<std::string> unused_names(const std::vector<std::string>& ignore_prefixes = {}) const;
   // Merged "__metadata__" of all files (first file wins on conflicts).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The GGUF file behind a GGUF checkpoint (nullptr for safetensors).
+  const GgufFile* gguf() const { return gguf_.get(); }
 
  private:
   void add_file(const std::string& path);
+  void index_tensors();
   size_t index_of(std::string_view name) const;  // npos when absent
   void open_index(const std::string& index_path);
 
@@ -93,6 +107,13 @@ class Checkpoint {
   std::vector<const TensorInfo*> tensors_;  // sorted by name
   std::unique_ptr<std::atomic<bool>[]> used_;
   std::map<std::string, std::string> metadata_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::vector<TensorInfo> gguf_tensors_;  // renamed views into gguf_
 };
+
+// The GGUF file `path` names: `path` itself when it ends in ".gguf", else the single "*.gguf" in
+// the folder `path` when the folder has no safetensors; "" otherwise (several .gguf files in a
+// safetensors-less folder are a dfl::Error naming them).
+std::string gguf_file(const std::string& path);
 
 }  // namespace dfl

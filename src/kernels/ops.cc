@@ -91,6 +91,12 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     matmul_q8(x, n_rows, w, y, pool, isa);
     return;
   }
+  if ((w.packed_format == kPackedNone || w.packed_format == kPackedQ4K16 ||
+       w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ6K16) &&
+      dtype_is_block(w.dtype)) {
+    matmul_ggml(x, n_rows, w, y, pool, isa);
+    return;
+  }
   if (w.packed_format == kPackedAmxBf16 && amx_usable()) {
     thread_local std::vector<uint16_t> xb;
     thread_local std::vector<float> cb;
@@ -387,6 +393,16 @@ void set_bf16_prefill_attention(bool on) { ops::g_bf16_prefill_attention = on; }
 bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }
 
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
+  if (w.packed_format == kPackedNone && w.dtype == DType::kQ4_K && cpu_isa() == IsaLevel::kAvx512 &&
+      ggml_activations() == GgmlActivations::kInt8)
+    return ops::prepack_q4k16(w, pool);
+  if (w.packed_format == kPackedNone && cpu_isa() == IsaLevel::kAvx512 &&
+      ggml_activations() == GgmlActivations::kInt8 &&
+      (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 || w.dtype == DType::kQ4_0))
+    return ops::prepack_q32x16(w, pool);
+  if (w.packed_format == kPackedNone && w.dtype == DType::kQ6_K && cpu_isa() == IsaLevel::kAvx512 &&
+      ggml_activations() == GgmlActivations::kInt8)
+    return ops::prepack_q6k16(w, pool);
   PackedWeight p;
   p.w = w;
   if (w.packed_format != kPackedNone || w.dtype != DType::kBF16 || !amx_usable()) return p;

@@ -26,7 +26,10 @@ struct WeightMatrix {
   DType dtype = DType::kF32;
   int64_t n_out = 0;
   int64_t n_in = 0;
-  const void* data = nullptr;     // [n_out, n_in] elements of dtype, contiguous
+  const void* data = nullptr;     // [n_out, n_in] elements of dtype, contiguous; for the GGML
+                                  // block types (kQ8_0 ... kQ6_K) n_out rows of
+                                  // dtype_row_bytes(dtype, n_in) bytes, as GGUF stores them
+                                  // (n_in a multiple of the block size; see ggml_weight())
   const float* scale = nullptr;   // F8 block scales, row-major grid
   int64_t scale_block_out = 128;
   int64_t scale_block_in = 128;
@@ -53,7 +56,16 @@ struct WeightMatrix {
 //   kPackedAmxBf16: BF16 weights re-laid out for AMX tiles by prepack_weight(). dtype = kBF16,
 //     `data` still points at the original [n_out, n_in] (used when AMX is off), `packed` at
 //     bf16 [ceil(n_out/16)][ceil(n_in/32)][16 k-pairs][16 n][2], zero-padded.
-enum PackedFormat : int32_t { kPackedNone = 0, kPackedQ8 = 1, kPackedAmxBf16 = 2 };
+//   kPackedQ4K16: Q4_K weights (GGUF) re-laid out by prepack_weight() on AVX-512 machines so
+//     16 outputs share each vector (layout in kernels/cpu/ggml_avx512.cc; same bytes per weight
+//     as Q4_K, 0.59 B); dtype = kQ4_K, `data` still points at the original blocks (used by the
+//     reference and on other ISA levels, which give the same bits).
+//   kPackedQ32x16: Q8_0 / Q5_0 / Q4_0 (GGUF) the same way (16 outputs per vector; Q8_0 1.125,
+//     Q5_0 0.75, Q4_0 0.625 bytes per weight), dtype unchanged, `data` still the original.
+enum PackedFormat : int32_t {
+  kPackedNone = 0, kPackedQ8 = 1, kPackedAmxBf16 = 2, kPackedQ4K16 = 3, kPackedQ32x16 = 4,
+  kPackedQ6K16 = 5  // Q6_K likewise (0.83 bytes per weight)
+};
 constexpr int64_t kQ8Block = 64;
 constexpr int64_t kQ8TileN = 16;
 
@@ -66,6 +78,10 @@ struct QuantizedQ8 {
   WeightMatrix matrix() const;
   size_t bytes() const { return q.size() + d.size() * sizeof(float); }
 };
+
+// GGML block weights (GGUF): a view of n_out rows × n_in columns of `dtype` blocks at `data`
+// (a GGUF 2-D tensor has ne = [n_in, n_out]). Checks n_in against the block size (DFL_ASSERT).
+WeightMatrix ggml_weight(DType dtype, int64_t n_out, int64_t n_in, const void* data);
 
 // Quantizes any supported weight (F32, BF16, F16, F8_E4M3 + scales) to Q8: per output row, per
 // block of kQ8Block inputs, scale = absmax / 127, q = round-to-nearest-even(w / scale).
@@ -118,14 +134,20 @@ struct PackedWeight {
 };
 
 // Load-time repack into the layout this machine's fastest kernel streams. Today: BF16 weights
-// when AMX is usable (core/cpu_features.h amx_usable()) → kPackedAmxBf16; anything else is
+// when AMX is usable (core/cpu_features.h amx_usable()) → kPackedAmxBf16; Q4_K (GGUF) weights
+// when cpu_isa() is AVX-512 and ggml_activations() is kInt8 → kPackedQ4K16, Q6_K → kPackedQ6K16,
+// Q8_0 / Q5_0 / Q4_0 → kPackedQ32x16 (set the activation mode before loading); anything else is
 // returned as is (repacked() == false, no copy). Call once per weight, keep the result.
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool = nullptr);
 
 namespace ops {
 
 // y[m, :] = x[m, :] · Wᵀ for m < n_rows.     x: [n_rows, n_in]   y: [n_rows, n_out]
-// Weights: F32 / F16 / F8_E4M3 (+ block scales): fp32 math. BF16: on AVX-512 the activations
+// Weights: F32 / F16 / F8_E4M3 (+ block scales): fp32 math. GGML block types (Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the weight stays in its blocks, read once per call for
+// all rows (up to 16; more rows in chunks of 16), unpacked in registers; fp32 activations by
+// default, llama.cpp-style int8 activations optionally (GgmlActivations below). AVX-512 and
+// portable code give the same bits. BF16: on AVX-512 the activations
 // are rounded to bf16 (RNE) and multiplied with vdpbf16ps (fp32 accumulation); elsewhere fp32
 // math. Q8 (packed_format kPackedQ8): see above. kPackedAmxBf16 (prepack_weight): AMX tiles,
 // bf16-rounded activations, fp32 accumulation. Each weight is read once for all n_rows rows.
@@ -213,6 +235,25 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
 int64_t argmax(const float* x, int64_t n);
 
 }  // namespace ops
+
+// Activation precision of the GGML block matmul (ops::matmul on kQ8_0 ... kQ6_K weights):
+//   kFp32 (default): each weight row is dequantized in registers to exactly ref::weight_at's
+//     values and dotted with the fp32 activations (16 lanes, lane k % 16, fma in k order, then
+//     a fixed pairwise tree) — the fp32-on-dequantized-weights reference (transformers loading
+//     the GGUF) up to summation order.
+//   kInt8: llama.cpp's scheme — activations quantized to int8 per block (see ggml_matmul.cc),
+//     exact integer dots; faster (Q4_K: a repacked 16-output layout, kPackedQ4K16), but the
+//     logits move by ~1e-2 relative, like llama.cpp's.
+// Both are batch invariant and give the same bits on every ISA level. Default from the
+// environment DFL_GGML_ACT=int8|fp32; not thread-safe against running kernels.
+enum class GgmlActivations { kFp32, kInt8 };
+void set_ggml_activations(GgmlActivations a);
+GgmlActivations ggml_activations();
+
+// Dequantizes rows [row0, row0 + n_rows) of `w` (any dtype weight_at supports, including the
+// GGML block types and kPackedQ8) to fp32: out[r * n_in + k]. For embedding lookups; exact
+// (the same values as ref::weight_at).
+void dequantize_rows(const WeightMatrix& w, int64_t row0, int64_t n_rows, float* out);
 
 // Scalar references with the same contracts (the oracle for tests).
 namespace ref {

@@ -14,7 +14,7 @@ AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks) {
   p.n_kv_heads = s.n_kv_heads;
   p.d_qk = s.head_dim;
   p.d_v = s.v_head_dim;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  p.scale = s.attn_scale > 0 ? s.attn_scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   p.window = s.window;
   p.sinks = sinks.empty() ? nullptr : sinks.data();
   return p;
@@ -71,6 +71,13 @@ int64_t DecoderLayer::matrix_bytes(const ModelConfig& cfg) const {
   return b;
 }
 
+std::vector<float> load_norm(const Checkpoint& ck, const std::string& name, int64_t n, bool plus_one) {
+  std::vector<float> w = load_vector(ck, name, n);
+  if (plus_one)
+    for (float& x : w) x += 1.0f;
+  return w;
+}
+
 void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
                       const std::vector<std::string>& ignore) {
   const auto leftover = ck.unused_names(ignore);
@@ -87,6 +94,7 @@ void OutputHead::embed_rows(const int32_t* tokens, int64_t n, float* out) const 
 
 void OutputHead::logits(const float* x_normed, int64_t n, float* out, ThreadPool& pool) const {
   ops::matmul(x_normed, n, lm_head, out, pool);
+  if (final_softcap > 0) ops::softcap(out, n * int64_t(vocab), final_softcap, &pool);
 }
 
 void OutputHead::norm_logits(const float* x, int64_t n, float* out, std::vector<float>& tmp,
@@ -167,6 +175,14 @@ void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t
   ops::rms_norm(x, w.norm.data(), R, H, eps, a, &pool);
   if (w.kind == FfnKind::kMoE) {
     moe_forward(w.moe, *cfg.moe, a, R, H, y, sc.moe, pool);
+  } else if (w.kind == FfnKind::kGeGLU) {
+    const int64_t I = w.gate.n_out;
+    float* g = Scratch::ensure(sc.g, size_t(R) * I);
+    float* u = Scratch::ensure(sc.u, size_t(R) * I);
+    ops::matmul(a, R, w.gate, g, pool);  // [R, I]
+    ops::matmul(a, R, w.up, u, pool);    // [R, I]
+    ops::gelu_tanh_mul(g, u, int64_t(R) * I, g, &pool);
+    ops::matmul(g, R, w.down, y, pool);  // [R, H]
   } else {
     const int64_t I = w.gate.n_out;
     float* g = Scratch::ensure(sc.g, size_t(R) * I);

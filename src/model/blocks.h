@@ -5,7 +5,7 @@
 //               optional per-head q/k RMSNorm → RoPE (tables from the step plan) → value scale →
 //               per segment: K/V into the pool + attention over the segment's KV view →
 //               output projection → optional post norm → residual add
-//   ffn:        norm → SwiGLU | MoE → optional post norm → residual add
+//   ffn:        norm → SwiGLU | GeGLU | MoE → optional post norm → residual add
 #pragma once
 
 #include <string>
@@ -38,7 +38,7 @@ struct AttnWeights {
   float value_scale = 1.0f;           // V multiplied before it is cached
 };
 
-enum class FfnKind : uint8_t { kSwiGLU, kMoE };
+enum class FfnKind : uint8_t { kSwiGLU, kGeGLU, kMoE };  // GeGLU: gelu_tanh(gate) ⊙ up
 
 struct FfnWeights {
   FfnKind kind = FfnKind::kSwiGLU;
@@ -76,6 +76,7 @@ struct OutputHead {
   std::vector<float> final_norm; // [H]
   int32_t vocab = 0, hidden = 0;
   float eps = 1e-6f;
+  float final_softcap = 0.0f;    // > 0: logits = cap·tanh(logits / cap) (also for lm_head())
 
   // out [n, H]; throws dfl::Error for an id outside the vocabulary.
   void embed_rows(const int32_t* tokens, int64_t n, float* out) const;
@@ -85,6 +86,10 @@ struct OutputHead {
   void norm_logits(const float* x, int64_t n, float* out, std::vector<float>& tmp,
                    ThreadPool& pool) const;
 };
+
+// A [n] RMSNorm weight as the kernels apply it: w, or 1 + w for families that store the offset
+// (Gemma's zero-centred norms; a GGUF converter may already have folded the 1 in).
+std::vector<float> load_norm(const Checkpoint& ck, const std::string& name, int64_t n, bool plus_one);
 
 // Refuses a checkpoint holding tensors the model did not request (prefixes in `ignore` excepted).
 void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,

@@ -12,6 +12,8 @@
 
 #include "core/error.h"
 #include "core/mmap.h"
+#include "io/checkpoint.h"
+#include "io/gguf.h"
 
 namespace dfl {
 
@@ -22,6 +24,7 @@ const char* family_name(Family f) {
     case Family::kQwen3: return "qwen3";
     case Family::kDFlashDraft: return "dflash_draft";
     case Family::kMiMoV2: return "mimo_v2";
+    case Family::kGemma3: return "gemma3";
   }
   return "?";
 }
@@ -239,6 +242,17 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 }
 
 ModelConfig load_model_config(const std::string& dir, const ConfigOptions& opts) {
+  if (const std::string g = gguf_file(dir); !g.empty()) {
+    DFL_CHECK(file_exists(g), "GGUF file '", g, "' does not exist");
+    const GgufFile f(g);
+    const std::string arch = f.get_string("general.architecture");
+    const FamilyEntry* fam = find_gguf_family(arch);
+    DFL_CHECK(fam && fam->gguf_config, "GGUF '", g, "': architecture '", arch,
+              "' is not supported (supported: gemma3, qwen3)");
+    ModelConfig c = parse_model_config(fam->gguf_config(f).dump(), g, opts);
+    c.gguf = true;
+    return c;
+  }
   DFL_CHECK(dir_exists(dir), "model folder '", dir, "' does not exist");
   const std::string path = dir + "/config.json";
   DFL_CHECK(file_exists(path), "no config.json in '", dir, "'");

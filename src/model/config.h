@@ -12,7 +12,7 @@
 
 namespace dfl {
 
-enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2 };
+enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2, kGemma3 };
 const char* family_name(Family f);
 
 struct LayerSpec {
@@ -25,6 +25,7 @@ struct LayerSpec {
   int32_t head_dim = 0;        // q/k head dim
   int32_t v_head_dim = 0;
   RopeSpec rope;
+  float attn_scale = 0.0f;     // logit scale; 0 = head_dim^-0.5 (Gemma: query_pre_attn_scalar^-0.5)
   bool moe = false;
 };
 
@@ -66,7 +67,8 @@ struct MiMoSpec {
 };
 
 struct ModelConfig {
-  std::string dir;             // folder it was read from
+  std::string dir;             // folder it was read from (or the .gguf file)
+  bool gguf = false;           // read from GGUF metadata (tensors in the same file)
   std::string architecture;    // architectures[0]
   std::string model_type;
   Family family = Family::kQwen3;
@@ -83,6 +85,9 @@ struct ModelConfig {
   std::optional<DFlashSpec> dflash;   // set for drafters
   std::optional<MoESpec> moe;         // set for MoE families
   std::optional<MiMoSpec> mimo;       // set for MiMo-V2 targets
+  float final_logit_softcap = 0.0f;   // logits = cap·tanh(logits / cap) when > 0 (Gemma 2 style)
+  float embed_scale = 1.0f;           // embedding rows × this (Gemma: sqrt(hidden_size))
+  bool norm_plus_one = false;         // RMSNorm weights are stored as w and applied as (1 + w)
 };
 
 // Parse-time choices that are the user's, not the checkpoint's (never the environment's).

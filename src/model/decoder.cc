@@ -4,10 +4,19 @@
 
 #include "core/error.h"
 
+#include "model/family.h"
+
 namespace dfl {
 
+std::unique_ptr<Checkpoint> open_checkpoint(const ModelConfig& cfg) {
+  if (!cfg.gguf) return std::make_unique<Checkpoint>(cfg.dir);
+  const FamilyEntry& f = family_of(cfg);
+  DFL_CHECK(f.gguf_tensor_name, "'", cfg.dir, "': no GGUF tensor names for ", cfg.architecture);
+  return std::make_unique<Checkpoint>(cfg.dir, [&](std::string_view n) { return f.gguf_tensor_name(n); });
+}
+
 DecoderLM::DecoderLM(ModelConfig cfg, ThreadPool& pool)
-    : cfg_(std::move(cfg)), ck_(cfg_.dir), pool_(pool) {}
+    : cfg_(std::move(cfg)), ck_owned_(open_checkpoint(cfg_)), ck_(*ck_owned_), pool_(pool) {}
 
 void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::string>& ignore) {
   std::vector<std::pair<RopeSpec, float>> keys;
@@ -16,6 +25,7 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
     a.rope = intern_rope(ropes_, keys, cfg_.layers[il].rope);
     a.params = attn_params(cfg_.layers[il], a.sinks);
   }
+  head_.final_softcap = cfg_.final_logit_softcap;
   convert_weight(head_.lm_head, opts, owned_, &pool_);  // head_.embed stays as stored (rows are read)
   require_all_used(ck_, cfg_, ignore);
   max_context_ = std::min(opts.max_context, cfg_.max_position_embeddings);
@@ -29,6 +39,7 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
 
 void DecoderLM::embed(const int32_t* tokens, int64_t n, float* out) const {
   head_.embed_rows(tokens, n, out);
+  if (cfg_.embed_scale != 1.0f) ops::scale_inplace(out, n * int64_t(cfg_.hidden_size), cfg_.embed_scale);
 }
 
 void DecoderLM::lm_head(const float* x_normed, int64_t n, float* logits) {

@@ -20,6 +20,10 @@
 
 namespace dfl {
 
+// The checkpoint a config was read from: its safetensors folder, or its GGUF file with the
+// family's tensor names mapped to the HF ones.
+std::unique_ptr<Checkpoint> open_checkpoint(const ModelConfig& cfg);
+
 class DecoderLM : public CausalLM {
  public:
   const ModelConfig& config() const override { return cfg_; }
@@ -40,7 +44,8 @@ class DecoderLM : public CausalLM {
   void finish_load(const LoadOptions& opts, const std::vector<std::string>& ignore = {});
 
   ModelConfig cfg_;
-  Checkpoint ck_;
+  std::unique_ptr<Checkpoint> ck_owned_;  // safetensors folder, or the GGUF file (HF names)
+  Checkpoint& ck_;
   ThreadPool& pool_;
   OutputHead head_;
   OwnedWeights owned_;  // load-time copy of the lm_head (Q8 / prepacked), if any

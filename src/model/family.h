@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/gguf.h"
 #include "model/config.h"
 #include "model/model.h"
 
@@ -25,6 +26,13 @@ struct FamilyEntry {
   // Builds a target; null for families that are not targets (drafters).
   std::unique_ptr<CausalLM> (*make)(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool) = nullptr;
 
+  // GGUF dialect (llama.cpp's converter): `general.architecture` values, the HF-style config.json
+  // a file's metadata amounts to (then parsed by `parse`), and the HF name of a GGUF tensor ("" =
+  // not used). Null when the family has no GGUF form.
+  std::vector<std::string> gguf_architectures;
+  nlohmann::json (*gguf_config)(const GgufFile& f) = nullptr;
+  std::string (*gguf_tensor_name)(std::string_view gguf_name) = nullptr;
+
   // architectures[i] matching model_types[i] (or the first).
   std::string default_architecture(const std::string& model_type) const;
 };
@@ -32,6 +40,7 @@ struct FamilyEntry {
 extern const FamilyEntry kQwen3Family;
 extern const FamilyEntry kMiMoV2Family;
 extern const FamilyEntry kDFlashDraftFamily;
+extern const FamilyEntry kGemma3Family;
 
 // Every family, in lookup order (claims first).
 const std::vector<const FamilyEntry*>& all_families();
@@ -39,5 +48,9 @@ const std::vector<const FamilyEntry*>& all_families();
 // the architecture is absent). nullptr when none does.
 const FamilyEntry* find_family(const nlohmann::json& root, const std::string& architecture,
                                const std::string& model_type);
+// The family whose GGUF dialect has this `general.architecture`; nullptr when none.
+const FamilyEntry* find_gguf_family(const std::string& gguf_architecture);
+// The family entry of a parsed config.
+const FamilyEntry& family_of(const ModelConfig& c);
 
 }  // namespace dfl

@@ -9,7 +9,7 @@ namespace dfl {
 
 const std::vector<const FamilyEntry*>& all_families() {
   static const std::vector<const FamilyEntry*> table = {&kDFlashDraftFamily, &kQwen3Family,
-                                                        &kMiMoV2Family};
+                                                        &kMiMoV2Family, &kGemma3Family};
   return table;
 }
 
@@ -31,6 +31,20 @@ const FamilyEntry* find_family(const nlohmann::json& root, const std::string& ar
       if (std::find(f->model_types.begin(), f->model_types.end(), model_type) != f->model_types.end())
         return f;
   return nullptr;
+}
+
+const FamilyEntry* find_gguf_family(const std::string& arch) {
+  for (const FamilyEntry* f : all_families())
+    if (std::find(f->gguf_architectures.begin(), f->gguf_architectures.end(), arch) !=
+        f->gguf_architectures.end())
+      return f;
+  return nullptr;
+}
+
+const FamilyEntry& family_of(const ModelConfig& c) {
+  for (const FamilyEntry* f : all_families())
+    if (f->family == c.family) return *f;
+  throw Error(str("no family entry for '", c.architecture, "'"));
 }
 
 std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg) {

@@ -4,10 +4,17 @@
 
 namespace dfl {
 
+namespace {
+// What a Linear weight may be stored as: float, FP8 with block scales, or a GGML block format.
+constexpr DTypeSet kWeightDTypes{DType::kF32,  DType::kBF16, DType::kF16,  DType::kF8E4M3,
+                                 DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                                 DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+}  // namespace
+
 WeightMatrix load_linear(const Checkpoint& ck, const std::string& name, int64_t n_out,
                          int64_t n_in) {
-  const TensorInfo& t = ck.require(name, DTypeSet{DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3},
-                                   {n_out, n_in});
+  const TensorInfo& t = ck.require(name, kWeightDTypes, {n_out, n_in});
+  if (dtype_is_block(t.dtype)) return ggml_weight(t.dtype, n_out, n_in, t.data);  // GGUF blocks
   WeightMatrix w;
   w.dtype = t.dtype;
   w.n_out = n_out;
@@ -44,6 +51,7 @@ int64_t weight_bytes(const WeightMatrix& w) {
     const int64_t nb = (w.n_in + kQ8Block - 1) / kQ8Block;
     return w.n_out * nb * (kQ8Block + int64_t(sizeof(float)));
   }
+  if (dtype_is_block(w.dtype)) return w.n_out * dtype_row_bytes(w.dtype, w.n_in);  // (repacked: same)
   int64_t b = w.n_out * w.n_in * int64_t(dtype_size(w.dtype));
   if (w.dtype == DType::kF8E4M3 && w.scale)
     b += ((w.n_out + w.scale_block_out - 1) / w.scale_block_out) *
@@ -93,7 +101,11 @@ void rows_to_f32(const WeightMatrix& w, const int32_t* rows, int64_t n_rows, flo
         break;
       }
       default:
-        for (int64_t i = 0; i < w.n_in; ++i) o[i] = ref::weight_at(w, rows[r], i);
+        if (dtype_is_block(w.dtype) && w.packed_format == kPackedNone) {
+          dequantize_rows(w, rows[r], 1, o);
+        } else {
+          for (int64_t i = 0; i < w.n_in; ++i) o[i] = ref::weight_at(w, rows[r], i);
+        }
         break;
     }
   }

@@ -118,6 +118,17 @@ std::shared_ptr<const Tokenizer::Impl> parse_and_build(const char* begin, const 
 
 }  // namespace
 
+namespace tok {
+// Entry for tokenizer/vocab_import.cc (tokenizers described by plain vocabulary data).
+std::shared_ptr<const Tokenizer::Impl> build_tokenizer(const json& root, BpeSource bpe) {
+  try {
+    return build(root, std::move(bpe));
+  } catch (const json::exception& e) {
+    throw Error(str("unexpected structure: ", e.what()));
+  }
+}
+}  // namespace tok
+
 Tokenizer Tokenizer::from_file(const std::string& path) {
   DFL_CHECK(file_exists(path), "tokenizer file not found: ", path);
   MappedFile file(path);

@@ -26,12 +26,16 @@
 
 namespace dfl {
 
+struct TokenizerVocab;  // tokenizer/vocab_import.h
+
 class Tokenizer {
  public:
   // Loads tokenizer.json; throws dfl::Error with a one-line message naming the problem when the
   // file is missing, is not JSON, or describes something unsupported or inconsistent.
   static Tokenizer from_file(const std::string& tokenizer_json_path);
   static Tokenizer from_json_string(std::string_view json);
+  // From plain vocabulary data (GGUF tokenizer.ggml.*; see tokenizer/vocab_import.h).
+  static Tokenizer from_vocab(const TokenizerVocab& vocab);
 
   // Token ids of `text`. add_special_tokens applies the post-processor (Gemma: <bos> first).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/decoder_golden.h"
 #include "common/golden.h"
 #include "common/models.h"
 #include "core/cpu_features.h"
@@ -27,64 +28,7 @@ constexpr double kTol = 1e-4;
 class Qwen3Golden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Qwen3Golden, PromptForwardMatchesTransformers) {
-  const std::string dir = test::fixture("qwen3/" + GetParam());
-  Golden g(dir + "/golden.safetensors");
-  auto pool = test::make_pool();
-  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
-  const ModelConfig& c = model->config();
-  const int32_t L = c.n_layers, H = c.hidden_size, V = c.vocab_size;
-  const auto prompt = g.i32("prompt_ids");
-  const int32_t n = static_cast<int32_t>(prompt.size());
-  ASSERT_EQ(g.shape("layer_out"), (std::vector<int64_t>{L, n, H}));
-
-  const auto aux = test::iota_ids(L + 1);
-  ForwardOut out = test::run_forward(*model, prompt, LogitsMode::kAll, &aux);
-  ASSERT_EQ(out.logits.size(), size_t(n) * V);
-  ASSERT_EQ(out.aux.size(), size_t(n) * (L + 1) * H);
-  EXPECT_EQ(model->kv().length(0), n);
-
-  // Split the [n, (L+1)·H] aux block into per-index [n, H] matrices.
-  auto aux_col = [&](int32_t j) {
-    std::vector<float> m(size_t(n) * H);
-    for (int32_t t = 0; t < n; ++t)
-      std::copy_n(out.aux.data() + (size_t(t) * (L + 1) + j) * H, H, m.data() + size_t(t) * H);
-    return m;
-  };
-  const double e_embed = max_abs_diff(aux_col(0), g.f32("embed"));
-  EXPECT_EQ(e_embed, 0.0) << "embedding rows must be an exact copy";
-  const auto layer_out = g.f32("layer_out");
-  double e_layers = 0.0;
-  for (int32_t il = 0; il < L; ++il) {
-    const auto ours = aux_col(il + 1);
-    const double e = max_abs_diff(ours.data(), layer_out.data() + size_t(il) * n * H, ours.size());
-    EXPECT_LE(e, kTol) << "layer_out[" << il << "]";
-    e_layers = std::max(e_layers, e);
-  }
-  const double e_logits = max_abs_diff(out.logits, g.f32("logits"));
-  EXPECT_LE(e_logits, kTol);
-  std::printf("[qwen3/%s] prompt n=%d: max|Δembed|=%.3g max|Δlayer_out|=%.3g max|Δlogits|=%.3g "
-              "(|logits|max=%.3g, tol %.0e)\n",
-              GetParam().c_str(), n, e_embed, e_layers, e_logits, test::max_abs(out.logits), kTol);
-
-  // Greedy decode 32 tokens one at a time with the KV cache.
-  const auto greedy = g.i32("greedy_ids");
-  const auto greedy_logits = g.f32("greedy_logits");
-  std::vector<int32_t> ours;
-  double e_steps = max_abs_diff(out.logits.data() + size_t(n - 1) * V, greedy_logits.data(), V);
-  int32_t tok = static_cast<int32_t>(ops::argmax(out.logits.data() + size_t(n - 1) * V, V));
-  ours.push_back(tok);
-  for (size_t i = 1; i < greedy.size(); ++i) {
-    ForwardOut step = test::run_forward(*model, {tok}, LogitsMode::kLast);
-    ASSERT_EQ(step.logits.size(), size_t(V));
-    e_steps = std::max(e_steps, max_abs_diff(step.logits.data(), greedy_logits.data() + i * V, V));
-    tok = static_cast<int32_t>(ops::argmax(step.logits.data(), V));
-    ours.push_back(tok);
-  }
-  EXPECT_EQ(ours, greedy);
-  EXPECT_LE(e_steps, kTol);
-  EXPECT_EQ(model->kv().length(0), n + int32_t(greedy.size()) - 1);
-  std::printf("[qwen3/%s] greedy 32: ids %s, max|Δstep logits|=%.3g\n", GetParam().c_str(),
-              ours == greedy ? "identical" : "DIFFER", e_steps);
+  test::expect_matches_golden(test::fixture("qwen3/" + GetParam()), "qwen3/" + GetParam());
 }
 
 // The batched forward over prompt + greedy[:-1] predicts the same tokens, and its rows are

@@ -25,7 +25,37 @@ struct Q8Act {
   int64_t n_blocks = 0;
 };
 
+// Activations quantized for the GGML block kernels (kernels/ggml_matmul.cc): rows of K int8
+// (row stride K + 256, the padding zeroed), scales per activation block (32 or 256 elements by
+// weight type), sums of q per 16 and per 32 elements.
+struct GgmlAct {
+  const int8_t* q = nullptr;    // [M, K + 256]
+  const float* d = nullptr;     // [M, K / ab]
+  const int32_t* s16 = nullptr; // [M, K / 16]
+  const int32_t* s32 = nullptr; // [M, K / 32]
+  int64_t K = 0;
+};
+// Activation rows a GGML kernel call handles at once (each weight block is unpacked once per
+// chunk).
+constexpr int64_t kGgmlRowChunk = 16;
+// Bytes of one (16-output tile, 256-superblock) of the kPackedQ4K16 layout.
+constexpr int64_t kQ4K16SuperBytes = 2048 + 128 + 128 + 64 + 64;
+// ... of the kPackedQ6K16 layout (ql 2048, qh 1024, sc 256, d 64).
+constexpr int64_t kQ6K16SuperBytes = 2048 + 1024 + 256 + 64;
+
 namespace avx512 {
+// GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
+bool ggml_supported(int dtype);
+void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// fp32-activation GGML matmul (GgmlActivations::kFp32); rowbuf: n_threads × K floats.
+void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                     float* rowbuf);
+// Q6_K repacked by prepack_weight (kPackedQ6K16; layout in cpu/ggml_avx512.cc).
+void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// Q8_0 / Q5_0 / Q4_0 repacked by prepack_weight (kPackedQ32x16; layout in cpu/ggml_avx512.cc).
+void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// Q4_K repacked by prepack_weight (kPackedQ4K16; layout in cpu/ggml_avx512.cc).
+void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // x: [M, K] fp32; xb: scratch for M * round_up(K, 32) bf16.
 void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                  uint16_t* xb);
@@ -87,4 +117,13 @@ namespace dfl::ops {
 // Q8 matmul (kernels/q8.cc): quantizes the activations, then runs the kernel of `isa`.
 void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
                IsaLevel isa);
+// Q4_K → kPackedQ4K16 (kernels/ggml_matmul.cc).
+PackedWeight prepack_q4k16(const WeightMatrix& w, ThreadPool* pool);
+// Q6_K → kPackedQ6K16 (kernels/ggml_matmul.cc).
+PackedWeight prepack_q6k16(const WeightMatrix& w, ThreadPool* pool);
+// Q8_0 / Q5_0 / Q4_0 → kPackedQ32x16 (kernels/ggml_matmul.cc).
+PackedWeight prepack_q32x16(const WeightMatrix& w, ThreadPool* pool);
+// GGML block matmul (kernels/ggml_matmul.cc).
+void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
+                 IsaLevel isa);
 }  // namespace dfl::ops

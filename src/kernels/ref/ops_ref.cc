@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "kernels/ref/ggml_ref.h"
 
 namespace dfl::ref {
 
@@ -16,6 +17,12 @@ float weight_at(const WeightMatrix& w, int64_t row, int64_t col) {
     const int64_t tb = (row / kQ8TileN) * nb + col / kQ8Block, j = row % kQ8TileN;
     const int u = static_cast<const uint8_t*>(w.data)[(tb * 16 + col % kQ8Block / 4) * 64 + j * 4 + col % 4];
     return static_cast<float>(u - 128) * w.scale[tb * kQ8TileN + j];
+  }
+  if (dtype_is_block(w.dtype)) {
+    const int64_t be = dtype_block_elems(w.dtype);
+    const uint8_t* blk = static_cast<const uint8_t*>(w.data) + row * dtype_row_bytes(w.dtype, w.n_in) +
+                         (col / be) * dtype_block_bytes(w.dtype);
+    return dequant_block_elem(w.dtype, blk, col % be);
   }
   const int64_t i = row * w.n_in + col;
   switch (w.dtype) {

@@ -1,0 +1,706 @@
+// AVX-512 VNNI kernels for the GGML block weights (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K). The math
+// is fixed in kernels/ggml_matmul.cc; these compute the same bits:
+//  * weights are unpacked in registers to unsigned bytes (Q8_0: q + 128) and multiplied with
+//    the int8 activations by vpdpbusd — every integer partial sum is exact, so the reduction
+//    order inside a block does not matter;
+//  * 32-element formats: 8 blocks (one 256-element group) are reduced together into one vector
+//    of 8 block dots (lane b % 8 = block b), scaled and added into the 8 fp32 accumulators with
+//    one masked fma;
+//  * K formats: the sub-block dots are multiplied by their integer scales in the lanes and
+//    reduced once per superblock; the fp part is two scalar fmas per superblock.
+// Each weight block is unpacked once for all M (≤ 16) activation rows.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dfl::cpu::avx512 {
+
+namespace {
+
+inline float h2f(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+inline float reduce8(const float* a) {
+  return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+// 16 bytes of packed nibbles → 32 bytes: low nibbles (elements 0..15) then high (16..31).
+inline __m256i nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+// Unsigned bytes of one 32-element block.
+template <int T>
+inline __m256i unpack32(const uint8_t* b);
+template <>
+inline __m256i unpack32<int(DType::kQ8_0)>(const uint8_t* b) {
+  return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)),
+                          _mm256_set1_epi8(static_cast<char>(0x80)));
+}
+template <>
+inline __m256i unpack32<int(DType::kQ4_0)>(const uint8_t* b) {
+  return nibbles32(b + 2);
+}
+template <>
+inline __m256i unpack32<int(DType::kQ5_0)>(const uint8_t* b) {
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  return _mm256_or_si256(nibbles32(b + 6), _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(16)));
+}
+
+template <int T>
+constexpr int kBlockBytes = T == int(DType::kQ8_0) ? 34 : T == int(DType::kQ4_0) ? 18 : 22;
+template <int T>
+constexpr int kShift = T == int(DType::kQ8_0) ? 7 : T == int(DType::kQ4_0) ? 3 : 4;  // log2 off
+
+// 4 vectors of 16 int32 partial sums (vector i: blocks 2i in lanes 0-7, 2i+1 in lanes 8-15) →
+// the 8 block sums, block b in lane b.
+inline __m256i reduce_blocks(const __m512i v[4]) {
+  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+  const __m256i lo = _mm512_castsi512_si256(c), hi = _mm512_extracti64x4_epi64(c, 1);
+  const __m128i e = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+  const __m128i o = _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+  return _mm256_set_m128i(_mm_unpackhi_epi32(e, o), _mm_unpacklo_epi32(e, o));
+}
+
+template <int T>
+void range32(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
+  constexpr int BB = kBlockBytes<T>;
+  const int64_t K = w.n_in, nb = K / 32, ng = (nb + 7) / 8, ldq = K + 256;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * nb * BB;
+    __m256 acc[kGgmlRowChunk];
+    for (int64_t m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; ++g) {
+      const int nbg = static_cast<int>(imin(8, nb - 8 * g));
+      const uint8_t* gb = row + 8 * g * BB;
+      __m512i wv[4];
+      alignas(32) float wd[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int i = 0; i < 4; ++i) {
+        const __m256i lo = 2 * i < nbg ? unpack32<T>(gb + 2 * i * BB) : _mm256_setzero_si256();
+        const __m256i hi = 2 * i + 1 < nbg ? unpack32<T>(gb + (2 * i + 1) * BB) : _mm256_setzero_si256();
+        wv[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      }
+      for (int i = 0; i < nbg; ++i) wd[i] = h2f(gb + i * BB);
+      const __m256 wdv = _mm256_load_ps(wd);
+      const __mmask8 mk = static_cast<__mmask8>((1u << nbg) - 1);
+      for (int64_t m = 0; m < M; ++m) {
+        const int8_t* xq = a.q + m * ldq + 256 * g;
+        __m512i v[4];
+        for (int i = 0; i < 4; ++i)
+          v[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[i],
+                                     _mm512_loadu_si512(xq + 64 * i));
+        __m256i dots = reduce_blocks(v);
+        const __m256i bs = _mm256_maskz_loadu_epi32(mk, a.s32 + m * nb + 8 * g);
+        dots = _mm256_sub_epi32(dots, _mm256_slli_epi32(bs, kShift<T>));
+        const __m256 sc = _mm256_mul_ps(wdv, _mm256_maskz_loadu_ps(mk, a.d + m * nb + 8 * g));
+        acc[m] = _mm256_mask3_fmadd_ps(_mm256_cvtepi32_ps(dots), sc, acc[m], mk);
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      alignas(32) float l[8];
+      _mm256_store_ps(l, acc[m]);
+      y[m * w.n_out + n] = reduce8(l);
+    }
+  }
+}
+
+inline void k4_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Q4_K (Q5 = false) and Q5_K (Q5 = true).
+template <bool Q5>
+void range_k45(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
+  constexpr int BB = Q5 ? 176 : 144;
+  const int64_t K = w.n_in, ns = K / 256, ldq = K + 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * ns * BB;
+    alignas(32) float acc[kGgmlRowChunk][8] = {};
+    for (int64_t s = 0; s < ns; ++s) {
+      const uint8_t* blk = row + s * BB;
+      const float d = h2f(blk), dmin = h2f(blk + 2);
+      int sc[8], mn[8];
+      for (int j = 0; j < 8; ++j) k4_scale_min(blk + 4, j, &sc[j], &mn[j]);
+      const uint8_t* qs = blk + (Q5 ? 48 : 16);
+      __m256i qh;
+      if (Q5) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      __m512i wv[4], scv[4];
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (Q5) {
+          lo = _mm256_or_si256(lo, _mm256_maskz_mov_epi8(
+                                       _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c)))), b16));
+          hi = _mm256_or_si256(hi, _mm256_maskz_mov_epi8(
+                                       _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1)))), b16));
+        }
+        wv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        scv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(sc[2 * c])),
+                                    _mm256_set1_epi32(sc[2 * c + 1]), 1);
+      }
+      for (int64_t m = 0; m < M; ++m) {
+        const int8_t* xs = a.q + m * ldq + 256 * s;
+        __m512i t = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[c],
+                                                 _mm512_loadu_si512(xs + 64 * c));
+          t = _mm512_add_epi32(t, _mm512_mullo_epi32(dp, scv[c]));
+        }
+        const int32_t isum = _mm512_reduce_add_epi32(t);
+        const int32_t* s32 = a.s32 + m * (K / 32) + 8 * s;
+        int32_t msum = 0;
+        for (int j = 0; j < 8; ++j) msum += mn[j] * s32[j];
+        const float dx = a.d[m * ns + s];
+        float& l = acc[m][s % 8];
+        l = __builtin_fmaf(static_cast<float>(isum), d * dx, l);
+        l = __builtin_fmaf(-static_cast<float>(msum), dmin * dx, l);
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) y[m * w.n_out + n] = reduce8(acc[m]);
+  }
+}
+
+void range_q6k(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
+  constexpr int BB = 210;
+  const int64_t K = w.n_in, ns = K / 256, ldq = K + 256;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  __m512i idx[4];
+  for (int t = 0; t < 4; ++t)
+    idx[t] = _mm512_set_epi32(4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 2, 4 * t + 2,
+                              4 * t + 2, 4 * t + 2, 4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
+                              4 * t, 4 * t, 4 * t, 4 * t);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * ns * BB;
+    alignas(32) float acc[kGgmlRowChunk][8] = {};
+    for (int64_t s = 0; s < ns; ++s) {
+      const uint8_t* blk = row + s * BB;
+      const float d = h2f(blk + 208);
+      const __m512i scall = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+      __m512i wv[4], scv[4];
+      for (int t = 0; t < 4; ++t) {
+        const int h = t / 2, odd = t % 2;
+        const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+        const __m512i lo = odd ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4) : _mm512_and_si512(ql, m4);
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+        const __m256i qlo = odd ? qh : _mm256_slli_epi16(qh, 4);
+        const __m256i qhi = odd ? _mm256_srli_epi16(qh, 2) : _mm256_slli_epi16(qh, 2);
+        const __m512i hb = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(qlo), qhi, 1), m30);
+        wv[t] = _mm512_or_si512(lo, hb);
+        scv[t] = _mm512_permutexvar_epi32(idx[t], scall);
+      }
+      for (int64_t m = 0; m < M; ++m) {
+        const int8_t* xs = a.q + m * ldq + 256 * s;
+        __m512i t = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[c],
+                                                 _mm512_loadu_si512(xs + 64 * c));
+          t = _mm512_add_epi32(t, _mm512_mullo_epi32(dp, scv[c]));
+        }
+        const __m512i ss = _mm512_loadu_si512(a.s16 + m * (K / 16) + 16 * s);
+        const int32_t corr = _mm512_reduce_add_epi32(_mm512_mullo_epi32(ss, scall));
+        const int32_t isum = _mm512_reduce_add_epi32(t) - 32 * corr;
+        const float dx = a.d[m * ns + s];
+        float& l = acc[m][s % 8];
+        l = __builtin_fmaf(static_cast<float>(isum), d * dx, l);
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) y[m * w.n_out + n] = reduce8(acc[m]);
+  }
+}
+
+}  // namespace
+
+bool ggml_supported(int dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0:
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for(
+      w.n_out,
+      [&](int64_t n0, int64_t n1, int) {
+        switch (w.dtype) {
+          case DType::kQ8_0: return range32<int(DType::kQ8_0)>(a, M, w, y, n0, n1);
+          case DType::kQ4_0: return range32<int(DType::kQ4_0)>(a, M, w, y, n0, n1);
+          case DType::kQ5_0: return range32<int(DType::kQ5_0)>(a, M, w, y, n0, n1);
+          case DType::kQ4_K: return range_k45<false>(a, M, w, y, n0, n1);
+          case DType::kQ5_K: return range_k45<true>(a, M, w, y, n0, n1);
+          case DType::kQ6_K: return range_q6k(a, M, w, y, n0, n1);
+          default: return;
+        }
+      },
+      16);
+}
+
+
+// ---- Q4_K repacked for 16 outputs per lane group (ops.h kPackedQ4K16) ---------------------------
+// Per tile of 16 outputs, per superblock (kQ4K16SuperBytes bytes):
+//   qs   [4 c][8 g][16 o][4]  = the ggml qs bytes 32c + 4g .. 32c + 4g + 3 of output o (low
+//                              nibbles: sub-block 2c, high nibbles: sub-block 2c + 1)
+//   sc   [8 j][16 o] u8, m [8 j][16 o] u8, d [16 o] f32, dmin [16 o] f32
+// Lane o of every vector is output o: the integer dots of a sub-block come out per output with
+// no horizontal reduction, then isum / msum and the fp steps are exactly those of the portable
+// kernel (kernels/ggml_matmul.cc).
+namespace {
+
+constexpr int64_t kQ4KQs = 2048, kQ4KSc = 2048, kQ4KM = 2048 + 128, kQ4KD = 2048 + 256,
+                  kQ4KDmin = 2048 + 256 + 64;
+
+inline __m512i bcast4i(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <int MR>
+void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns,
+                 float* acc /* [MR][8][16] */) {
+  const int64_t ldq = a.K + 256, n32 = a.K / 32;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512i isum[MR], msum[MR];
+  for (int r = 0; r < MR; ++r) isum[r] = msum[r] = _mm512_setzero_si512();
+  for (int c = 0; c < 4; ++c) {
+    __m512i dlo[MR], dhi[MR];
+    for (int r = 0; r < MR; ++r) dlo[r] = dhi[r] = _mm512_setzero_si512();
+    for (int g = 0; g < 8; ++g) {
+      const __m512i wv = _mm512_loadu_si512(sb + (c * 8 + g) * 64);
+      const __m512i lo = _mm512_and_si512(wv, m4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+      for (int r = 0; r < MR; ++r) {
+        const int8_t* xq = a.q + (m0 + r) * ldq + 256 * s + 64 * c + 4 * g;
+        dlo[r] = _mm512_dpbusd_epi32(dlo[r], lo, bcast4i(xq));
+        dhi[r] = _mm512_dpbusd_epi32(dhi[r], hi, bcast4i(xq + 32));
+      }
+    }
+    const __m512i sclo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KSc + 32 * c)));
+    const __m512i schi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KSc + 32 * c + 16)));
+    const __m512i mlo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KM + 32 * c)));
+    const __m512i mhi = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KM + 32 * c + 16)));
+    for (int r = 0; r < MR; ++r) {
+      isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(_mm512_mullo_epi32(dlo[r], sclo),
+                                                           _mm512_mullo_epi32(dhi[r], schi)));
+      const int32_t* b32 = a.s32 + (m0 + r) * n32 + 8 * s + 2 * c;
+      msum[r] = _mm512_add_epi32(msum[r], _mm512_add_epi32(_mm512_mullo_epi32(mlo, _mm512_set1_epi32(b32[0])),
+                                                           _mm512_mullo_epi32(mhi, _mm512_set1_epi32(b32[1]))));
+    }
+  }
+  const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(sb + kQ4KD));
+  const __m512 dmin = _mm512_loadu_ps(reinterpret_cast<const float*>(sb + kQ4KDmin));
+  for (int r = 0; r < MR; ++r) {
+    const __m512 dx = _mm512_set1_ps(a.d[(m0 + r) * ns + s]);
+    float* ap = acc + (r * 8 + s % 8) * 16;
+    __m512 v = _mm512_loadu_ps(ap);
+    v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, dx), v);
+    v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[r]), _mm512_mul_ps(dmin, dx), v);
+    _mm512_storeu_ps(ap, v);
+  }
+}
+
+void q4k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1) {
+  const int64_t ns = w.n_in / 256;
+  alignas(64) float acc[kGgmlRowChunk * 8 * 16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * ns * kQ4K16SuperBytes;
+    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    for (int64_t s = 0; s < ns; ++s) {
+      const uint8_t* sb = tile + s * kQ4K16SuperBytes;
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        float* ac = acc + m0 * 8 * 16;
+        switch (imin(4, M - m0)) {
+          case 4: q4k16_super<4>(a, m0, sb, s, ns, ac); break;
+          case 3: q4k16_super<3>(a, m0, sb, s, ns, ac); break;
+          case 2: q4k16_super<2>(a, m0, sb, s, ns, ac); break;
+          default: q4k16_super<1>(a, m0, sb, s, ns, ac); break;
+        }
+      }
+    }
+    const int64_t n0 = t * 16;
+    const __mmask16 mk = static_cast<__mmask16>(w.n_out - n0 >= 16 ? 0xFFFF : (1u << (w.n_out - n0)) - 1);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* ap = acc + m * 8 * 16;
+      __m512 l[8];
+      for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
+      const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
+                                     _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
+      _mm512_mask_storeu_ps(y + m * w.n_out + n0, mk, r);
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for((w.n_out + 15) / 16,
+                    [&](int64_t t0, int64_t t1, int) { q4k16_tiles(a, M, w, y, t0, t1); });
+}
+
+}  // namespace dfl::cpu::avx512
+
+// ---- fp32 activations (ops.h GgmlActivations::kFp32) -------------------------------------------
+// Each weight row is dequantized in registers to exactly ref::dequant_row's values (same fp32
+// operations: d·sc then ·q, − dmin·m) into an L1 row buffer, then dotted with every activation
+// row: 16 fp32 lanes, lane k % 16, fma in k order, then the fixed tree of ggml_matmul.cc.
+namespace dfl::cpu::avx512 {
+namespace {
+
+inline __m512 cvt16(const __m128i b, bool is_signed) {
+  return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+}
+
+void deq_row(int dt, const uint8_t* row, int64_t K, float* out) {
+  const DType t = static_cast<DType>(dt);
+  if (t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0) {
+    const int BB = t == DType::kQ8_0 ? 34 : t == DType::kQ4_0 ? 18 : 22;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const uint8_t* blk = row + b * BB;
+      const __m512 d = _mm512_set1_ps(h2f(blk));
+      __m256i q;  // signed int8 quant values
+      if (t == DType::kQ8_0) {
+        q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      } else if (t == DType::kQ4_0) {
+        q = _mm256_sub_epi8(nibbles32(blk + 2), _mm256_set1_epi8(8));
+      } else {
+        q = _mm256_sub_epi8(unpack32<int(DType::kQ5_0)>(blk), _mm256_set1_epi8(16));
+      }
+      // ref: Q8_0 float(q)·d; Q4_0 / Q5_0 d·float(q) — the same product.
+      _mm512_storeu_ps(out + 32 * b, _mm512_mul_ps(cvt16(_mm256_castsi256_si128(q), true), d));
+      _mm512_storeu_ps(out + 32 * b + 16, _mm512_mul_ps(cvt16(_mm256_extracti128_si256(q, 1), true), d));
+    }
+    return;
+  }
+  if (t == DType::kQ4_K || t == DType::kQ5_K) {
+    const bool q5 = t == DType::kQ5_K;
+    const int BB = q5 ? 176 : 144;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
+    for (int64_t s = 0; s < K / 256; ++s) {
+      const uint8_t* blk = row + s * BB;
+      const float d = h2f(blk), dmin = h2f(blk + 2);
+      const uint8_t* qs = blk + (q5 ? 48 : 16);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+        __m256i half[2] = {_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
+        for (int hsel = 0; hsel < 2; ++hsel) {
+          const int j = 2 * c + hsel;
+          if (q5)
+            half[hsel] = _mm256_or_si256(half[hsel], _mm256_maskz_mov_epi8(
+                _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << j))), b16));
+          int sc, mn;
+          k4_scale_min(blk + 4, j, &sc, &mn);
+          const __m512 dsc = _mm512_set1_ps(d * static_cast<float>(sc));
+          const __m512 dm = _mm512_set1_ps(dmin * static_cast<float>(mn));
+          float* o = out + 256 * s + 32 * j;
+          _mm512_storeu_ps(o, _mm512_sub_ps(_mm512_mul_ps(dsc, cvt16(_mm256_castsi256_si128(half[hsel]), false)), dm));
+          _mm512_storeu_ps(o + 16, _mm512_sub_ps(_mm512_mul_ps(dsc, cvt16(_mm256_extracti128_si256(half[hsel], 1), false)), dm));
+        }
+      }
+    }
+    return;
+  }
+  // Q6_K
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), o32 = _mm512_set1_epi8(32);
+  for (int64_t s = 0; s < K / 256; ++s) {
+    const uint8_t* blk = row + s * 210;
+    const float d = h2f(blk + 208);
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    for (int t4 = 0; t4 < 4; ++t4) {
+      const int h = t4 / 2, odd = t4 % 2;
+      const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+      const __m512i lo = odd ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4) : _mm512_and_si512(ql, m4);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+      const __m256i qlo = odd ? qh : _mm256_slli_epi16(qh, 4);
+      const __m256i qhi = odd ? _mm256_srli_epi16(qh, 2) : _mm256_slli_epi16(qh, 2);
+      const __m512i q = _mm512_sub_epi8(
+          _mm512_or_si512(lo, _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qlo), qhi, 1), m30)), o32);
+      const __m128i q0 = _mm512_extracti32x4_epi32(q, 0), q1 = _mm512_extracti32x4_epi32(q, 1),
+                    q2 = _mm512_extracti32x4_epi32(q, 2), q3 = _mm512_extracti32x4_epi32(q, 3);
+      const __m128i qq[4] = {q0, q1, q2, q3};
+      for (int i = 0; i < 4; ++i) {
+        const int e = 64 * t4 + 16 * i;
+        const __m512 ds = _mm512_set1_ps(d * static_cast<float>(sc[e / 16]));
+        _mm512_storeu_ps(out + 256 * s + e, _mm512_mul_ps(ds, cvt16(qq[i], true)));
+      }
+    }
+  }
+}
+
+inline float reduce16(__m512 v) {
+  const __m256 r8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 r4 = _mm_add_ps(_mm256_castps256_ps128(r8), _mm256_extractf128_ps(r8, 1));
+  const __m128 r2 = _mm_add_ps(r4, _mm_movehl_ps(r4, r4));             // [0+2, 1+3]
+  return _mm_cvtss_f32(_mm_add_ss(r2, _mm_movehdup_ps(r2)));          // (0+2) + (1+3)
+}
+
+}  // namespace
+
+void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                     float* rowbuf_all) {
+  const int64_t K = w.n_in;
+  const int64_t rb = K / (w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K || w.dtype == DType::kQ6_K ? 256 : 32) *
+                     (w.dtype == DType::kQ8_0 ? 34 : w.dtype == DType::kQ4_0 ? 18 : w.dtype == DType::kQ5_0 ? 22
+                      : w.dtype == DType::kQ4_K ? 144 : w.dtype == DType::kQ5_K ? 176 : 210);
+  pool.parallel_for(
+      w.n_out,
+      [&](int64_t n0, int64_t n1, int tid) {
+        float* buf = rowbuf_all + static_cast<int64_t>(tid) * K;
+        for (int64_t n = n0; n < n1; ++n) {
+          deq_row(static_cast<int>(w.dtype), static_cast<const uint8_t*>(w.data) + n * rb, K, buf);
+          int64_t m = 0;
+          for (; m + 4 <= M; m += 4) {  // 4 rows share each weight load; per-row order unchanged
+            const float* x0 = x + m * K;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t k = 0; k < K; k += 16) {
+              const __m512 wv = _mm512_loadu_ps(buf + k);
+              a0 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + k), a0);
+              a1 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + K + k), a1);
+              a2 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + 2 * K + k), a2);
+              a3 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x0 + 3 * K + k), a3);
+            }
+            y[m * w.n_out + n] = reduce16(a0);
+            y[(m + 1) * w.n_out + n] = reduce16(a1);
+            y[(m + 2) * w.n_out + n] = reduce16(a2);
+            y[(m + 3) * w.n_out + n] = reduce16(a3);
+          }
+          for (; m < M; ++m) {
+            const float* xr = x + m * K;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t k = 0; k < K; k += 16)
+              acc = _mm512_fmadd_ps(_mm512_loadu_ps(buf + k), _mm512_loadu_ps(xr + k), acc);
+            y[m * w.n_out + n] = reduce16(acc);
+          }
+        }
+      },
+      16);
+}
+
+}  // namespace dfl::cpu::avx512
+
+// ---- Q8_0 / Q5_0 / Q4_0 repacked for 16 outputs per lane group (ops.h kPackedQ32x16) ----------
+// Per tile of 16 outputs, per 32-block (kQ32x16BlockBytes(T) bytes):
+//   Q8_0: u [8 g][16 o][4] (q + 128, elements 4g..4g+3), d [16] f32
+//   Q5_0 / Q4_0: qs [4 g][16 o][4] (the ggml qs bytes 4g..4g+3: low nibbles = elements 4g + i,
+//         high = 16 + 4g + i), Q5_0 only: qh [16] u32 (bit e = 5th bit of element e), d [16] f32
+// Integer dots per output in the lanes, then exactly the fp steps of the portable int8 kernel.
+namespace dfl::cpu::avx512 {
+namespace {
+
+template <int T>
+constexpr int64_t kQ32Qs = T == int(DType::kQ8_0) ? 512 : 256;
+template <int T>
+constexpr int64_t kQ32Qh = T == int(DType::kQ5_0) ? 64 : 0;
+
+// 4 bits of every lane's qh (bits sh .. sh + 3) spread to bit 4 of its 4 bytes.
+inline __m512i spread_bits(__m512i qh, int sh) {
+  const __m512i x = _mm512_and_si512(_mm512_srli_epi32(qh, static_cast<unsigned>(sh)), _mm512_set1_epi32(0xF));
+  const __m512i s = _mm512_and_si512(_mm512_mullo_epi32(x, _mm512_set1_epi32(0x00204081)),
+                                     _mm512_set1_epi32(0x01010101));
+  return _mm512_slli_epi32(s, 4);
+}
+
+template <int T, int MR>
+void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, float* acc) {
+  const int64_t ldq = a.K + 256, nb = a.K / 32;
+  __m512i dot[MR];
+  for (int r = 0; r < MR; ++r) dot[r] = _mm512_setzero_si512();
+  if (T == int(DType::kQ8_0)) {
+    for (int g = 0; g < 8; ++g) {
+      const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
+      for (int r = 0; r < MR; ++r)
+        dot[r] = _mm512_dpbusd_epi32(dot[r], wv, bcast4i(a.q + (m0 + r) * ldq + 32 * b + 4 * g));
+    }
+  } else {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i qh = _mm512_setzero_si512();
+    if (T == int(DType::kQ5_0)) qh = _mm512_loadu_si512(bp + 256);
+    for (int g = 0; g < 4; ++g) {
+      const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
+      __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+      if (T == int(DType::kQ5_0)) {
+        lo = _mm512_or_si512(lo, spread_bits(qh, 4 * g));
+        hi = _mm512_or_si512(hi, spread_bits(qh, 16 + 4 * g));
+      }
+      for (int r = 0; r < MR; ++r) {
+        const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
+        dot[r] = _mm512_dpbusd_epi32(dot[r], lo, bcast4i(xq));
+        dot[r] = _mm512_dpbusd_epi32(dot[r], hi, bcast4i(xq + 16));
+      }
+    }
+  }
+  const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(bp + kQ32Qs<T> + kQ32Qh<T>));
+  constexpr int shift = kShift<T>;
+  for (int r = 0; r < MR; ++r) {
+    const int32_t corr = a.s32[(m0 + r) * nb + b] << shift;
+    const __m512i dv = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(corr));
+    const __m512 dx = _mm512_set1_ps(a.d[(m0 + r) * nb + b]);
+    float* ap = acc + (r * 8 + b % 8) * 16;
+    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(dv), _mm512_mul_ps(d, dx), _mm512_loadu_ps(ap)));
+  }
+}
+
+template <int T>
+void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1) {
+  const int64_t nb = w.n_in / 32, BB = kQ32Qs<T> + kQ32Qh<T> + 64;
+  alignas(64) float acc[kGgmlRowChunk * 8 * 16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * nb * BB;
+    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* bp = tile + b * BB;
+      _mm_prefetch(reinterpret_cast<const char*>(bp + 4 * BB), _MM_HINT_T0);
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        float* ac = acc + m0 * 8 * 16;
+        switch (imin(4, M - m0)) {
+          case 4: q32x16_block<T, 4>(a, m0, bp, b, ac); break;
+          case 3: q32x16_block<T, 3>(a, m0, bp, b, ac); break;
+          case 2: q32x16_block<T, 2>(a, m0, bp, b, ac); break;
+          default: q32x16_block<T, 1>(a, m0, bp, b, ac); break;
+        }
+      }
+    }
+    const int64_t n0 = t * 16;
+    const __mmask16 mk = static_cast<__mmask16>(w.n_out - n0 >= 16 ? 0xFFFF : (1u << (w.n_out - n0)) - 1);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* ap = acc + m * 8 * 16;
+      __m512 l[8];
+      for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
+      const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
+                                     _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
+      _mm512_mask_storeu_ps(y + m * w.n_out + n0, mk, r);
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
+    switch (w.dtype) {
+      case DType::kQ8_0: return q32x16_tiles<int(DType::kQ8_0)>(a, M, w, y, t0, t1);
+      case DType::kQ5_0: return q32x16_tiles<int(DType::kQ5_0)>(a, M, w, y, t0, t1);
+      case DType::kQ4_0: return q32x16_tiles<int(DType::kQ4_0)>(a, M, w, y, t0, t1);
+      default: return;
+    }
+  });
+}
+
+}  // namespace dfl::cpu::avx512
+
+// ---- Q6_K repacked for 16 outputs per lane group (ops.h kPackedQ6K16) ---------------------------
+// Per tile of 16 outputs, per superblock (kQ6K16SuperBytes):
+//   ql [2 h][2 p][8 lg][16 o][4] = ggml ql bytes 64h + 32p + 4lg .. +3 of output o
+//   qh [2 h][8 lg][16 o][4]      = ggml qh bytes 32h + 4lg .. +3
+//   sc [16 j][16 o] i8, d [16 o] f32
+// Element e = 128h + 32g + 4lg + i takes the low (g < 2) or high (g ≥ 2) nibble of ql[h][g % 2]
+// and bits 2g, 2g + 1 of qh[h]; its sub-block is j = e / 16.
+namespace dfl::cpu::avx512 {
+namespace {
+
+template <int MR>
+void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, float* acc) {
+  const int64_t ldq = a.K + 256, n16 = a.K / 16;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  __m512i isum[MR];
+  for (int r = 0; r < MR; ++r) isum[r] = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    for (int g = 0; g < 4; ++g) {
+      for (int half = 0; half < 2; ++half) {  // sub-block j = 8h + 2g + half: lg = 4 half .. +3
+        const int j = 8 * h + 2 * g + half;
+        __m512i dj[MR];
+        for (int r = 0; r < MR; ++r) dj[r] = _mm512_setzero_si512();
+        for (int l4 = 0; l4 < 4; ++l4) {
+          const int lg = 4 * half + l4;
+          const __m512i qlv = _mm512_loadu_si512(sb + ((h * 2 + g % 2) * 8 + lg) * 64);
+          const __m512i qhv = _mm512_loadu_si512(sb + 2048 + (h * 8 + lg) * 64);
+          const __m512i lo = g < 2 ? _mm512_and_si512(qlv, m4) : _mm512_and_si512(_mm512_srli_epi16(qlv, 4), m4);
+          __m512i hb;
+          switch (g) {
+            case 0: hb = _mm512_slli_epi16(qhv, 4); break;
+            case 1: hb = _mm512_slli_epi16(qhv, 2); break;
+            case 2: hb = qhv; break;
+            default: hb = _mm512_srli_epi16(qhv, 2); break;
+          }
+          const __m512i u = _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
+          const int e = 128 * h + 32 * g + 4 * lg;
+          for (int r = 0; r < MR; ++r)
+            dj[r] = _mm512_dpbusd_epi32(dj[r], u, bcast4i(a.q + (m0 + r) * ldq + 256 * s + e));
+        }
+        const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 3072 + 16 * j)));
+        for (int r = 0; r < MR; ++r) {
+          const int32_t c = 32 * a.s16[(m0 + r) * n16 + 16 * s + j];
+          isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(dj[r], _mm512_set1_epi32(c)), scv));
+        }
+      }
+    }
+  }
+  const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(sb + 3072 + 256));
+  for (int r = 0; r < MR; ++r) {
+    const __m512 dx = _mm512_set1_ps(a.d[(m0 + r) * ns + s]);
+    float* ap = acc + (r * 8 + s % 8) * 16;
+    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, dx), _mm512_loadu_ps(ap)));
+  }
+}
+
+void q6k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1) {
+  const int64_t ns = w.n_in / 256;
+  alignas(64) float acc[kGgmlRowChunk * 8 * 16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * ns * kQ6K16SuperBytes;
+    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    for (int64_t s = 0; s < ns; ++s) {
+      const uint8_t* sb = tile + s * kQ6K16SuperBytes;
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        float* ac = acc + m0 * 8 * 16;
+        switch (imin(4, M - m0)) {
+          case 4: q6k16_super<4>(a, m0, sb, s, ns, ac); break;
+          case 3: q6k16_super<3>(a, m0, sb, s, ns, ac); break;
+          case 2: q6k16_super<2>(a, m0, sb, s, ns, ac); break;
+          default: q6k16_super<1>(a, m0, sb, s, ns, ac); break;
+        }
+      }
+    }
+    const int64_t n0 = t * 16;
+    const __mmask16 mk = static_cast<__mmask16>(w.n_out - n0 >= 16 ? 0xFFFF : (1u << (w.n_out - n0)) - 1);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* ap = acc + m * 8 * 16;
+      __m512 l[8];
+      for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
+      const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
+                                     _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
+      _mm512_mask_storeu_ps(y + m * w.n_out + n0, mk, r);
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for((w.n_out + 15) / 16,
+                    [&](int64_t t0, int64_t t1, int) { q6k16_tiles(a, M, w, y, t0, t1); });
+}
+
+}  // namespace dfl::cpu::avx512

@@ -1,0 +1,229 @@
+// Gemma 3 text (Gemma3ForCausalLM; the text part of Gemma3ForConditionalGeneration):
+// embedding × sqrt(H) → L × [RMSNorm → attention (per-head q/k RMSNorm before NeoX RoPE, GQA,
+// scale query_pre_attn_scalar^-0.5) → RMSNorm → residual → RMSNorm → GeGLU (tanh GELU) → RMSNorm
+// → residual] → RMSNorm → tied lm_head (→ final soft-cap when the config has one, Gemma 2 style).
+// Every RMSNorm is zero-centred: stored w, applied as (1 + w) (folded at load).
+// Layer i is global (full attention) iff (i + 1) % sliding_window_pattern == 0 (6), else a causal
+// sliding window of W keys incl. the query (HF's mask) — or as `layer_types` lists; RoPE theta
+// rope_local_base_freq (1e4) on sliding layers, rope_theta (1e6, linear ×8 on 4B+ when
+// rope_scaling says so) on global ones; transformers-5 `rope_parameters` per layer type too.
+// Only loading and config live here: the forward is the shared decoder skeleton.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "core/error.h"
+#include "model/config_json.h"
+#include "model/decoder.h"
+#include "model/family.h"
+#include "model/weights.h"
+
+namespace dfl {
+
+namespace {
+
+using namespace cfg;
+
+// The text config: top level (Gemma3ForCausalLM) or text_config (multimodal checkpoints).
+const json& text_root(const json& root) {
+  const json* t = find_key(root, "text_config");
+  return t && t->is_object() ? *t : root;
+}
+
+RopeSpec rope_of_kind(const json& tr, bool global, int32_t head_dim) {
+  json r = json::object();
+  if (const json* rp = find_key(tr, "rope_parameters"); rp && rp->is_object() &&
+      (rp->contains("full_attention") || rp->contains("sliding_attention"))) {
+    const char* kind = global ? "full_attention" : "sliding_attention";
+    DFL_CHECK(rp->contains(kind) && (*rp)[kind].is_object(), "config: rope_parameters has no '",
+              kind, "' entry");
+    r["rope_parameters"] = (*rp)[kind];
+  } else if (global) {
+    if (const json* t = find_key(tr, "rope_theta")) r["rope_theta"] = *t;
+    else r["rope_theta"] = 1000000.0;
+    if (const json* s = find_key(tr, "rope_scaling"); s && !s->is_null()) r["rope_scaling"] = *s;
+  } else {
+    r["rope_theta"] = opt_num(tr, "rope_local_base_freq").value_or(10000.0);
+  }
+  if (const json* m = find_key(tr, "max_position_embeddings")) r["max_position_embeddings"] = *m;
+  return parse_rope(r, head_dim);
+}
+
+void parse_gemma3(const json& root, ModelConfig& c, const ConfigOptions&) {
+  const json& tr = text_root(root);
+  parse_common(tr, c);
+  if (!find_key(tr, "max_position_embeddings")) c.max_position_embeddings = 131072;
+  c.tie_word_embeddings = opt_bool(tr, "tie_word_embeddings").value_or(true);
+  const std::string act = opt_str(tr, "hidden_activation").value_or("gelu_pytorch_tanh");
+  DFL_CHECK(act == "gelu_pytorch_tanh", "config: Gemma hidden_activation '", act,
+            "' is not supported (only gelu_pytorch_tanh)");
+  DFL_CHECK(!opt_num(tr, "attn_logit_softcapping").has_value(),
+            "config: attn_logit_softcapping (Gemma 2 attention soft-capping) is not supported yet");
+  DFL_CHECK(!opt_bool(tr, "use_bidirectional_attention").value_or(false),
+            "config: use_bidirectional_attention=true (EmbeddingGemma) is not a causal LM");
+  if (auto cap = opt_num(tr, "final_logit_softcapping")) {
+    DFL_CHECK(*cap > 0, "config: final_logit_softcapping must be positive");
+    c.final_logit_softcap = static_cast<float>(*cap);
+  }
+  c.norm_plus_one = opt_bool(root, "dfl_norm_plus_one").value_or(true);  // false: GGUF (folded)
+  c.embed_scale = std::sqrt(static_cast<float>(c.hidden_size));
+  const LayerSpec proto = base_layer(tr, c);
+  const double qpas = opt_num(tr, "query_pre_attn_scalar").value_or(proto.head_dim);
+  DFL_CHECK(qpas > 0, "config: query_pre_attn_scalar must be positive");
+  const auto sw = opt_int(tr, "sliding_window");
+  const int64_t pattern = opt_int(tr, "sliding_window_pattern")
+                              .value_or(opt_int(tr, "_sliding_window_pattern").value_or(6));
+  DFL_CHECK(pattern >= 1, "config: sliding_window_pattern must be positive");
+  const json* lt = find_key(tr, "layer_types");
+  DFL_CHECK(!lt || (lt->is_array() && int64_t(lt->size()) == c.n_layers),
+            "config: layer_types must list num_hidden_layers entries");
+  c.layers.assign(c.n_layers, proto);
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    LayerSpec& l = c.layers[il];
+    bool global = (il + 1) % pattern == 0;
+    if (lt) {
+      DFL_CHECK((*lt)[il].is_string(), "config: layer_types entries must be strings");
+      const std::string t = (*lt)[il].get<std::string>();
+      DFL_CHECK(t == "full_attention" || t == "sliding_attention", "config: unknown layer type '", t, "'");
+      global = t == "full_attention";
+    }
+    l.attn = global ? AttnKind::kFull : AttnKind::kSliding;
+    if (!global) DFL_CHECK(sw && *sw >= 1 && *sw <= (1 << 24), "config: sliding layers need a sliding_window");
+    l.window = causal_window(l.attn, global ? 0 : int32_t(*sw));
+    l.rope = rope_of_kind(tr, global, l.head_dim);
+    l.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
+  }
+}
+
+// GGUF (llama.cpp's converter, `general.architecture` = gemma3): the metadata as the HF config
+// it came from. llama.cpp hard-codes what the file does not store: sliding_window_pattern 6, the
+// local RoPE base 1e4, query_pre_attn_scalar = head_dim (hidden / heads on the 62-layer 27B), and
+// the converter folded the +1 of every norm into the stored weights (so norms are applied as w).
+json gemma3_gguf_config(const GgufFile& f) {
+  const std::string a = "gemma3.";
+  json c;
+  c["architectures"] = {"Gemma3ForCausalLM"};
+  c["model_type"] = "gemma3_text";
+  const uint32_t H = f.get_u32(a + "embedding_length"), L = f.get_u32(a + "block_count");
+  const uint32_t nh = f.get_u32(a + "attention.head_count");
+  const uint32_t hd = f.get_u32_or(a + "attention.key_length", H / std::max(1u, nh));
+  c["hidden_size"] = H;
+  c["num_hidden_layers"] = L;
+  c["intermediate_size"] = f.get_u32(a + "feed_forward_length");
+  c["num_attention_heads"] = nh;
+  c["num_key_value_heads"] = f.get_u32_or(a + "attention.head_count_kv", nh);
+  c["head_dim"] = hd;
+  c["v_head_dim"] = f.get_u32_or(a + "attention.value_length", hd);
+  c["max_position_embeddings"] = f.get_u32_or(a + "context_length", 131072);
+  c["rms_norm_eps"] = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  c["sliding_window"] = f.get_u32(a + "attention.sliding_window");
+  c["sliding_window_pattern"] = f.get_u32_or(a + "attention.sliding_window_pattern", 6);
+  c["rope_theta"] = f.get_f32_or(a + "rope.freq_base", 1e6f);
+  c["rope_local_base_freq"] = f.get_f32_or(a + "rope.freq_base_swa", 1e4f);
+  if (f.has(a + "rope.scaling.type") && f.get_string(a + "rope.scaling.type") != "none")
+    c["rope_scaling"] = {{"rope_type", f.get_string(a + "rope.scaling.type")},
+                         {"factor", f.get_f32(a + "rope.scaling.factor")}};
+  c["query_pre_attn_scalar"] = L == 62 ? H / nh : hd;
+  if (f.has(a + "final_logit_softcapping"))
+    c["final_logit_softcapping"] = f.get_f32(a + "final_logit_softcapping");
+  const GgufTensor& emb = f.tensor("token_embd.weight");
+  c["vocab_size"] = emb.rows();
+  c["tie_word_embeddings"] = f.find_tensor("output.weight") == nullptr;
+  c["dfl_norm_plus_one"] = false;
+  return c;
+}
+
+std::string gemma3_gguf_name(std::string_view n) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  for (const auto& [g, h] : kTop)
+    if (n == g) return h;
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"}};
+  if (!n.starts_with("blk.")) return std::string(n);  // unknown: kept, refused as unused later
+  const size_t dot = n.find('.', 4);
+  if (dot == std::string_view::npos) return std::string(n);
+  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
+  for (const auto& [g, h] : kLayer)
+    if (rest == g) return str("model.layers.", il, ".", h);
+  return std::string(n);
+}
+
+class Gemma3Model final : public DecoderLM {
+ public:
+  Gemma3Model(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool)
+      : DecoderLM(std::move(cfg), pool) {
+    const int32_t H = cfg_.hidden_size, V = cfg_.vocab_size, I = cfg_.intermediate_size;
+    // Text weights: "model." (Gemma3ForCausalLM), "model.language_model." (transformers 5
+    // multimodal) or "language_model.model." (transformers 4 multimodal).
+    std::string p = "model.";
+    for (const char* cand : {"model.", "model.language_model.", "language_model.model."})
+      if (ck_.contains(std::string(cand) + "embed_tokens.weight")) p = cand;
+    const bool plus1 = cfg_.norm_plus_one;
+    head_.vocab = V;
+    head_.hidden = H;
+    head_.eps = cfg_.rms_norm_eps;
+    head_.embed = load_linear(ck_, p + "embed_tokens.weight", V, H);
+    head_.final_norm = load_norm(ck_, p + "norm.weight", H, plus1);
+    head_.lm_head = cfg_.tie_word_embeddings ? head_.embed : load_linear(ck_, "lm_head.weight", V, H);
+    if (cfg_.tie_word_embeddings) (void)ck_.find("lm_head.weight");
+    for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+      const LayerSpec& s = cfg_.layers[il];
+      const std::string q = str(p, "layers.", il, ".");
+      DecoderLayer l;
+      AttnWeights& a = l.attn;
+      a.norm = load_norm(ck_, q + "input_layernorm.weight", H, plus1);
+      a.q = load_linear(ck_, q + "self_attn.q_proj.weight", int64_t(s.n_heads) * s.head_dim, H);
+      a.k = load_linear(ck_, q + "self_attn.k_proj.weight", int64_t(s.n_kv_heads) * s.head_dim, H);
+      a.v = load_linear(ck_, q + "self_attn.v_proj.weight", int64_t(s.n_kv_heads) * s.v_head_dim, H);
+      a.o = load_linear(ck_, q + "self_attn.o_proj.weight", H, int64_t(s.n_heads) * s.v_head_dim);
+      a.q_norm = load_norm(ck_, q + "self_attn.q_norm.weight", s.head_dim, plus1);
+      a.k_norm = load_norm(ck_, q + "self_attn.k_norm.weight", s.head_dim, plus1);
+      a.post_norm = load_norm(ck_, q + "post_attention_layernorm.weight", H, plus1);
+      FfnWeights& f = l.ffn;
+      f.kind = FfnKind::kGeGLU;
+      f.norm = load_norm(ck_, q + "pre_feedforward_layernorm.weight", H, plus1);
+      f.post_norm = load_norm(ck_, q + "post_feedforward_layernorm.weight", H, plus1);
+      f.gate = load_linear(ck_, q + "mlp.gate_proj.weight", I, H);
+      f.up = load_linear(ck_, q + "mlp.up_proj.weight", I, H);
+      f.down = load_linear(ck_, q + "mlp.down_proj.weight", H, I);
+      convert_layer(l, opts, &pool);
+      layers_.push_back(std::move(l));
+    }
+    // Multimodal checkpoints: the vision tower and projector are not used (text input only).
+    finish_load(opts, {"vision_tower.", "model.vision_tower.", "multi_modal_projector.",
+                       "model.multi_modal_projector."});
+  }
+};
+
+std::unique_ptr<CausalLM> make_gemma3(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool) {
+  return std::make_unique<Gemma3Model>(std::move(cfg), opts, pool);
+}
+
+}  // namespace
+
+const FamilyEntry kGemma3Family = {Family::kGemma3,
+                                   {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"},
+                                   {"gemma3_text", "gemma3"},
+                                   nullptr,
+                                   parse_gemma3,
+                                   make_gemma3,
+                                   {"gemma3"},
+                                   gemma3_gguf_config,
+                                   gemma3_gguf_name};
+
+}  // namespace dfl

@@ -1,0 +1,222 @@
+#include "tokenizer/vocab_import.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "tokenizer/json_load.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace dfl {
+
+namespace tok {
+std::shared_ptr<const Tokenizer::Impl> build_tokenizer(const nlohmann::json& root, BpeSource bpe);
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::string_view kSpm = "\xE2\x96\x81";  // ▁
+
+std::string replace_all(std::string s, std::string_view from, std::string_view to) {
+  size_t p = 0;
+  while ((p = s.find(from, p)) != std::string::npos) {
+    s.replace(p, from.size(), to);
+    p += to.size();
+  }
+  return s;
+}
+
+size_t n_chars(std::string_view s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); i += utf8::char_len(static_cast<unsigned char>(s[i]))) ++n;
+  return n;
+}
+
+// Pre-tokenizer regexes of llama.cpp's tokenizer.ggml.pre names (as in HF tokenizer.json).
+const char* pre_regex(const std::string& pre, const std::string& origin) {
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen")
+    return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+           "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3")
+    return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+           "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  if (pre.empty() || pre == "default" || pre == "gpt-2" || pre == "gpt2")
+    return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+  throw Error(str("gguf '", origin, "': tokenizer.ggml.pre '", pre,
+                  "' is not supported (known: qwen2, llama-bpe, gpt-2, default)"));
+}
+
+json added_tokens(const TokenizerVocab& v, const std::vector<std::string>& toks) {
+  json out = json::array();
+  for (size_t i = 0; i < toks.size(); ++i) {
+    const int t = i < v.token_types.size() ? v.token_types[i] : 1;
+    if (t != 2 && t != 3 && t != 4) continue;
+    out.push_back({{"id", i}, {"content", toks[i]}, {"single_word", false}, {"lstrip", false},
+                   {"rstrip", false}, {"normalized", false}, {"special", t != 4}});
+  }
+  return out;
+}
+
+json template_processor(const TokenizerVocab& v, const std::vector<std::string>& toks) {
+  auto ok = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < toks.size(); };
+  const bool bos = v.add_bos && ok(v.bos_id), eos = v.add_eos && ok(v.eos_id);
+  if (!bos && !eos) return nullptr;
+  json single = json::array(), pair = json::array(), special = json::object();
+  auto sp = [&](int32_t id, int type_id) {
+    special[toks[id]] = {{"id", toks[id]}, {"ids", {id}}, {"tokens", {toks[id]}}};
+    return json{{"SpecialToken", {{"id", toks[id]}, {"type_id", type_id}}}};
+  };
+  if (bos) single.push_back(sp(v.bos_id, 0));
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  if (eos) single.push_back(sp(v.eos_id, 0));
+  pair = single;
+  if (bos) pair.push_back(sp(v.bos_id, 1));
+  pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+  if (eos) pair.push_back(sp(v.eos_id, 1));
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair},
+          {"special_tokens", special}};
+}
+
+void check_vocab(const TokenizerVocab& v) {
+  DFL_CHECK(!v.tokens.empty(), "gguf '", v.origin, "': tokenizer.ggml.tokens is empty");
+  DFL_CHECK(v.token_types.empty() || v.token_types.size() == v.tokens.size(), "gguf '", v.origin,
+            "': tokenizer.ggml.token_type has ", v.token_types.size(), " entries for ",
+            v.tokens.size(), " tokens");
+  DFL_CHECK(v.scores.empty() || v.scores.size() == v.tokens.size(), "gguf '", v.origin,
+            "': tokenizer.ggml.scores has ", v.scores.size(), " entries for ", v.tokens.size(),
+            " tokens");
+  for (size_t i = 0; i < v.tokens.size(); ++i)
+    DFL_CHECK(utf8::is_valid(v.tokens[i]), "gguf '", v.origin, "': token ", i,
+              " is not valid UTF-8");
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
+  check_vocab(v);
+  json root = json::object();
+  tok::BpeSource bpe;
+  bpe.has_vocab = bpe.has_merges = true;
+  std::vector<std::string> toks = v.tokens;
+  auto type_of = [&](size_t i) { return i < v.token_types.size() ? v.token_types[i] : 1; };
+
+  if (v.model == "llama") {
+    DFL_CHECK(v.scores.size() == v.tokens.size(), "gguf '", v.origin,
+              "': tokenizer.ggml.model llama needs tokenizer.ggml.scores");
+    std::vector<float> scores = v.scores;
+    for (size_t i = 0; i < toks.size(); ++i)
+      if (type_of(i) == 4) {
+        toks[i] = replace_all(toks[i], " ", kSpm);
+        scores[i] = 0.0f;
+      }
+    std::unordered_map<std::string_view, int32_t> id;
+    id.reserve(toks.size() * 2);
+    for (size_t i = 0; i < toks.size(); ++i) id.emplace(toks[i], static_cast<int32_t>(i));
+    struct M {
+      int32_t l, r;
+      float score;
+      uint32_t ll, lr;  // lengths in characters
+    };
+    std::vector<M> merges;
+    std::vector<M> local;
+    for (size_t i = 0; i < toks.size(); ++i) {
+      const std::string_view s = toks[i];
+      local.clear();
+      for (size_t p = utf8::char_len(static_cast<unsigned char>(s[0])); p < s.size();
+           p += utf8::char_len(static_cast<unsigned char>(s[p]))) {
+        auto a = id.find(s.substr(0, p));
+        if (a == id.end()) continue;
+        auto b = id.find(s.substr(p));
+        if (b == id.end()) continue;
+        local.push_back({a->second, b->second, scores[i], 0, 0});
+      }
+      std::sort(local.begin(), local.end(),
+                [](const M& x, const M& y) { return x.l != y.l ? x.l < y.l : x.r < y.r; });
+      for (M& m : local) {
+        m.ll = static_cast<uint32_t>(n_chars(toks[m.l]));
+        m.lr = static_cast<uint32_t>(n_chars(toks[m.r]));
+        merges.push_back(m);
+      }
+    }
+    std::stable_sort(merges.begin(), merges.end(), [](const M& x, const M& y) {
+      if (x.score != y.score) return x.score > y.score;
+      if (x.ll != y.ll) return x.ll > y.ll;
+      return x.lr > y.lr;
+    });
+    bpe.merges.reserve(merges.size());
+    for (const M& m : merges) bpe.merges.push_back({toks[m.l], toks[m.r], false});
+    json model = {{"type", "BPE"}, {"dropout", nullptr}, {"continuing_subword_prefix", nullptr},
+                  {"end_of_word_suffix", nullptr}, {"fuse_unk", true}, {"byte_fallback", true},
+                  {"ignore_merges", false}};
+    model["unk_token"] = v.unk_id >= 0 && static_cast<size_t>(v.unk_id) < toks.size()
+                             ? json(toks[v.unk_id]) : json(nullptr);
+    root["model"] = model;
+    const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpm}};
+    json dec = json::array({{{"type", "Replace"}, {"pattern", {{"String", kSpm}}}, {"content", " "}},
+                            {{"type", "ByteFallback"}},
+                            {{"type", "Fuse"}}});
+    if (v.add_space_prefix) {
+      root["normalizer"] = {{"type", "Sequence"},
+                            {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", kSpm}}, replace})}};
+      root["pre_tokenizer"] = nullptr;
+      dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    } else {
+      root["normalizer"] = replace;
+      root["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}},
+                               {"behavior", "MergedWithPrevious"}, {"invert", false}};
+    }
+    root["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
+  } else if (v.model == "gpt2") {
+    DFL_CHECK(!v.merges.empty(), "gguf '", v.origin,
+              "': tokenizer.ggml.model gpt2 needs tokenizer.ggml.merges");
+    bpe.merges.reserve(v.merges.size());
+    for (size_t i = 0; i < v.merges.size(); ++i) {
+      const std::string& m = v.merges[i];
+      const size_t sp = m.find(' ');
+      DFL_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < m.size(), "gguf '", v.origin,
+                "': tokenizer.ggml.merges entry ", i, " is not \"left right\"");
+      bpe.merges.push_back({m.substr(0, sp), m.substr(sp + 1), false});
+    }
+    root["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
+                     {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
+                     {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false}};
+    const json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
+                     {"use_regex", false}};
+    root["normalizer"] = v.pre == "qwen2" ? json{{"type", "NFC"}} : json(nullptr);
+    root["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", pre_regex(v.pre, v.origin)}}},
+                                        {"behavior", "Isolated"}, {"invert", false}},
+                                       bl})}};
+    root["decoder"] = bl;
+  } else {
+    throw Error(str("gguf '", v.origin, "': tokenizer.ggml.model '", v.model,
+                    "' is not supported (known: llama, gpt2)"));
+  }
+  bpe.vocab.reserve(toks.size());
+  for (size_t i = 0; i < toks.size(); ++i) {
+    const int t = type_of(i);
+    // Added-only tokens of byte-level vocabularies ([PAD…] fillers, specials) stay out of the
+    // BPE vocab, as in HF; SentencePiece vocabularies keep every piece.
+    if (v.model == "gpt2" && (t == 3 || t == 4 || t == 5)) continue;
+    bpe.vocab.emplace_back(toks[i], static_cast<int64_t>(i));
+  }
+  root["added_tokens"] = added_tokens(v, toks);
+  json post = template_processor(v, toks);
+  if (v.model == "gpt2" && post.is_null())
+    post = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
+            {"use_regex", false}};
+  root["post_processor"] = post;
+  try {
+    return Tokenizer(tok::build_tokenizer(root, std::move(bpe)));
+  } catch (const Error& e) {
+    throw Error(str("gguf '", v.origin, "': tokenizer: ", e.what()));
+  }
+}
+
+}  // namespace dfl
