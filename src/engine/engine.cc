@@ -15,6 +15,7 @@
 #include "engine/text_stream.h"
 #include "kernels/ops.h"
 #include "spec/dflash_proposer.h"
+#include "spec/ngram_proposer.h"
 
 namespace dfl {
 
@@ -67,7 +68,8 @@ struct Engine::Impl {
   std::unique_ptr<ThreadPool> pool;
   ModelAssets assets;
   std::unique_ptr<CausalLM> target;
-  std::unique_ptr<DFlashProposer> proposer;
+  std::unique_ptr<Proposer> proposer;  // DFlash, n-gram, or none
+  DFlashProposer* dflash = nullptr;     // when the proposer is DFlash
   std::unique_ptr<KvPool> target_kv, draft_kv;
   std::unique_ptr<Scheduler> sched;
   ModelInfo info;
@@ -100,7 +102,14 @@ void Engine::Impl::build() {
   lo.n_seqs = 1;  // the models' own default pools stay tiny; the engine attaches its pools
   int32_t block = 1;
   std::optional<ModelConfig> dcfg;
-  if (!opts.draft_dir.empty()) {
+  int32_t ngram_n = 0;
+  if (opts.draft_dir == "ngram" || opts.draft_dir.rfind("ngram:", 0) == 0) {
+    // Prompt lookup (`--draft ngram[:N]`, N = 3 by default), blocks of 16 like the drafters.
+    ngram_n = opts.draft_dir.size() > 6 ? std::atoi(opts.draft_dir.c_str() + 6) : 3;
+    DFL_CHECK(ngram_n >= 1 && ngram_n <= 64, "--draft ngram:N needs N in [1, 64]");
+    block = 16;
+    lo.max_block = block;
+  } else if (!opts.draft_dir.empty()) {
     dcfg = load_model_config(opts.draft_dir);
     DFL_CHECK(dcfg->dflash.has_value(), "'", opts.draft_dir, "' is not a DFlash drafter");
     block = dcfg->dflash->block_size;
@@ -110,7 +119,11 @@ void Engine::Impl::build() {
   const int32_t ctx = target->max_context();
   if (dcfg) {
     auto drafter = std::make_unique<DFlashDraftModel>(opts.draft_dir, *target, lo, *pool);
-    proposer = std::make_unique<DFlashProposer>(std::move(drafter), *target);
+    auto p = std::make_unique<DFlashProposer>(std::move(drafter), *target);
+    dflash = p.get();
+    proposer = std::move(p);
+  } else if (ngram_n) {
+    proposer = std::make_unique<NgramProposer>(ngram_n, block - 1, target->config().vocab_size);
   }
 
   // The KV budget: both pools get the same number of pages (a page holds block_slots
@@ -124,8 +137,8 @@ void Engine::Impl::build() {
   int64_t bpb = probe_t.bytes_per_block(), rings = probe_t.ring_bytes_per_seq();
   KvPoolOptions dpo = po;
   dpo.max_context = ctx + po.slack;
-  if (proposer) {
-    KvPool probe_d(kv_layout(proposer->drafter().config()), [&] { auto p = dpo; p.n_blocks = 1; p.max_seqs = 1; return p; }());
+  if (dflash) {
+    KvPool probe_d(kv_layout(dflash->drafter().config()), [&] { auto p = dpo; p.n_blocks = 1; p.max_seqs = 1; return p; }());
     bpb += probe_d.bytes_per_block();
     rings += probe_d.ring_bytes_per_seq();
   }
@@ -140,9 +153,9 @@ void Engine::Impl::build() {
   }
   target_kv = make_kv_pool(target->config(), po);
   target->attach_kv(target_kv.get());
-  if (proposer) {
-    draft_kv = make_kv_pool(proposer->drafter().config(), dpo);
-    proposer->drafter().attach_kv(draft_kv.get());
+  if (dflash) {
+    draft_kv = make_kv_pool(dflash->drafter().config(), dpo);
+    dflash->drafter().attach_kv(draft_kv.get());
   }
 
   SchedulerOptions so;

@@ -31,7 +31,8 @@ struct ChatTemplate;
 
 struct EngineOptions {
   std::string model_dir;            // target checkpoint folder (or a .gguf file)
-  std::string draft_dir;            // DFlash drafter folder; empty = target-only
+  std::string draft_dir;            // DFlash drafter folder, or "ngram[:N]" (prompt lookup);
+                                    // empty = target-only
   WeightsFormat weights_format = WeightsFormat::kAsStored;
   bool prepack = true;
   ConfigOptions config;             // parse-time choices (e.g. the MiMo window edge)

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,8 @@ const std::vector<FlagSpec> kFlags = [] {
       {"--system", "TEXT", "with --chat: a system message"},
       {"--trace", "", "with --draft: record per cycle the drafted ids and how many were accepted"},
       {"--json", "", "print one JSON object {token_ids, text, stats} instead of streaming"},
+      {"--compare", "", "with --draft: run the same prompt target-only afterwards and report the "
+                        "speed-up measured in this run (and whether the tokens are identical)"},
   };
   f.insert(f.end(), own.begin(), own.end());
   f.insert(f.end(), request_flags().begin(), request_flags().end());
@@ -146,6 +149,7 @@ int cmd_run(int argc, char** argv) {
   RequestStats stats;
   FinishReason reason = FinishReason::kNone;
   std::string text;
+  const Request plain_req = req;  // for --compare (before the callback is attached)
   req.on_update = [&](const RequestUpdate& u) {
     out.insert(out.end(), u.new_tokens.begin(), u.new_tokens.end());
     text += u.text_delta;
@@ -170,6 +174,23 @@ int cmd_run(int argc, char** argv) {
   }
   engine.run_until_idle();
   if (!json) std::fputs("\n", stdout);
+  std::fflush(stdout);
+
+  // --compare: the same request target-only, in the same process and minutes.
+  std::optional<RequestStats> plain_stats;
+  bool identical = false;
+  if (args.has("--compare") && engine.info().has_drafter) {
+    Request p = plain_req;
+    p.speculative = false;
+    std::vector<int32_t> plain_out;
+    p.on_update = [&](const RequestUpdate& u) {
+      plain_out.insert(plain_out.end(), u.new_tokens.begin(), u.new_tokens.end());
+      if (u.finished) plain_stats = *u.stats;
+    };
+    engine.submit(std::move(p));
+    engine.run_until_idle();
+    identical = plain_out == out;
+  }
 
   nlohmann::ordered_json st = stats_json(stats, engine.info().has_drafter);
   st["stop_reason"] = finish_reason_name(reason);
@@ -180,6 +201,9 @@ int cmd_run(int argc, char** argv) {
     j["text"] = text;
     j["finish_reason"] = finish_reason_name(reason);
     j["stats"] = st;
+    if (plain_stats) {
+      j["compare"] = {{"target_only", stats_json(*plain_stats, false)}, {"identical", identical}};
+    }
     if (!trace.empty() || args.has("--trace")) {
       nlohmann::ordered_json cycles = nlohmann::ordered_json::array();
       for (const auto& c : trace) cycles.push_back({{"drafted", c.drafted}, {"accepted", c.accepted}});
@@ -188,6 +212,15 @@ int cmd_run(int argc, char** argv) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     print_stats_line(stats, engine.info().has_drafter, reason);
+    if (plain_stats) {
+      const double spec_s = stats.e2e_s - stats.ttft_s, plain_s = plain_stats->e2e_s - plain_stats->ttft_s;
+      const double spec_tps = spec_s > 0 ? (stats.generated_tokens - 1) / spec_s : 0;
+      const double plain_tps = plain_s > 0 ? (plain_stats->generated_tokens - 1) / plain_s : 0;
+      std::fprintf(stderr, "[compare] target-only %.1f tok/s vs speculative %.1f tok/s: %.2fx "
+                           "(measured in this run)%s\n",
+                   plain_tps, spec_tps, plain_tps > 0 ? spec_tps / plain_tps : 0.0,
+                   identical ? ", tokens identical" : ", tokens DIFFER (sampling at T > 0?)");
+    }
     for (size_t i = 0; i < trace.size(); ++i) {
       std::fprintf(stderr, "[cycle %zu] accepted %d of", i, trace[i].accepted);
       for (int32_t t : trace[i].drafted) std::fprintf(stderr, " %d", t);
