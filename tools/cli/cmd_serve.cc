@@ -17,8 +17,9 @@ namespace dfl::cli {
 namespace {
 const std::vector<FlagSpec> kFlags = {
     {"--model", "DIR", "target model folder (config.json + safetensors + tokenizer.json)"},
-    {"--draft", "DIR", "DFlash drafter folder: speculative decoding for every request (a request "
-                       "turns it off with \"speculative\": {\"enabled\": false})"},
+    {"--draft", "DIR", "DFlash drafter folder, or ngram[:N] (prompt lookup): speculative decoding "
+                       "for every request (a request turns it off with \"speculative\": "
+                       "{\"enabled\": false})"},
     {"--host", "ADDR", "address to listen on (default 127.0.0.1)"},
     {"--port", "N", "port (default 8080; 0 = any free port, printed on stderr)"},
     {"--api-key", "K", "require 'Authorization: Bearer K' on /v1/* (default: no auth)"},
