@@ -132,10 +132,15 @@ int32_t BlockPolicy::choose() const {
   return best;
 }
 
+double StepCost::seconds(int32_t R, int32_t D) const {
+  const double t = target ? BlockPolicy::lookup(*target, R) : 0.0;
+  const double d = draft && D > 0 ? BlockPolicy::lookup(*draft, D) : 0.0;
+  return t + d;
+}
+
 void choose_batch_draft_lengths(const std::vector<const BlockPolicy*>& seqs,
                                 const std::vector<int32_t>& caps, double base_expected,
-                                int32_t base_rows, const std::vector<double>& step_cost,
-                                std::vector<int32_t>& out) {
+                                const StepCost& cost, std::vector<int32_t>& out) {
   const size_t n = seqs.size();
   out.assign(n, 0);
   thread_local std::vector<std::vector<double>> alpha;
@@ -147,17 +152,19 @@ void choose_batch_draft_lengths(const std::vector<const BlockPolicy*>& seqs,
     next_gain[i] = caps[i] > 0 && !alpha[i].empty() ? alpha[i][0] : 0.0;
   }
   double E = base_expected;
-  int32_t R = base_rows;
+  int32_t R = cost.target_rows, D = cost.draft_rows;
   for (;;) {
     size_t best = n;
     for (size_t i = 0; i < n; ++i)
       if (out[i] < caps[i] && next_gain[i] > 0 && (best == n || next_gain[i] > next_gain[best])) best = i;
     if (best == n) return;
-    const double t0 = BlockPolicy::lookup(step_cost, R), t1 = BlockPolicy::lookup(step_cost, R + 1);
+    const int32_t dD = out[best] == 0 ? 2 : 1;  // the first draft also brings the anchor row
+    const double t0 = cost.seconds(R, D), t1 = cost.seconds(R + 1, D + dD);
     // Unknown costs: verification is free, draft everything useful.
     if (t0 > 0 && t1 > 0 && (E + next_gain[best]) / t1 <= E / t0) return;
     E += next_gain[best];
     ++R;
+    D += dD;
     const int32_t k = ++out[best];
     next_gain[best] = k < caps[best] && k < int32_t(alpha[best].size()) ? next_gain[best] * alpha[best][size_t(k)] : 0.0;
   }

@@ -82,13 +82,20 @@ class BlockPolicy {
 // (its own acceptance estimates). Starting from no drafts (R = base_rows, E = base_expected:
 // the rows and expected tokens of everything else in the step), one more draft goes to the
 // sequence whose next draft is most likely accepted, as long as the step's expected tokens per
-// second grow: (E + g) / t(R + 1) > E / t(R). At low load (t nearly flat in R) this drafts full
+// second grow: (E + g) / C(R + 1, D') > E / C(R, D), C = t(R) + t_draft(D). At low load (t nearly flat in R) this drafts full
 // blocks; when rows cost real time (many sequences, compute-bound), drafts get shorter and
 // sequences with poor acceptance stop drafting. With one sequence it is choose() without the
 // draft-cost term. caps[i] bounds sequence i's drafts; out[i] gets its draft length.
+// draft_cost (optional) is the proposer pass over total drafter rows D (a sequence drafting k
+// adds k + 1 rows); the step then costs t(R) + t_draft(D).
+struct StepCost {
+  const std::vector<double>* target = nullptr;  // t(R), R = target rows
+  const std::vector<double>* draft = nullptr;   // t_draft(D), D = drafter rows
+  int32_t target_rows = 0, draft_rows = 0;      // of the rest of the step
+  double seconds(int32_t R, int32_t D) const;
+};
 void choose_batch_draft_lengths(const std::vector<const BlockPolicy*>& seqs,
                                 const std::vector<int32_t>& caps, double base_expected,
-                                int32_t base_rows, const std::vector<double>& step_cost,
-                                std::vector<int32_t>& out);
+                                const StepCost& cost, std::vector<int32_t>& out);
 
 }  // namespace dfl

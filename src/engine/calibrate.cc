@@ -53,4 +53,47 @@ std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
   return t;
 }
 
+std::vector<double> measure_draft_curve(Proposer& proposer, int32_t hidden, int32_t block,
+                                        const std::vector<int32_t>& n_seqs, int32_t repeats) {
+  using Clock = std::chrono::steady_clock;
+  int32_t max_n = 0;
+  for (int32_t n : n_seqs) max_n = std::max(max_n, n);
+  std::vector<double> t(size_t(max_n) * block + 1, 0.0);
+  const size_t row = proposer.target_aux().size() * size_t(hidden);
+  std::vector<float> taps(row, 0.01f);
+  std::vector<Draft> drafts(static_cast<size_t>(max_n));
+  std::vector<std::vector<int32_t>> toks(static_cast<size_t>(max_n), std::vector<int32_t>{1, 2});
+  SamplingParams greedy;
+  Rng rng(1);
+  for (int32_t n : n_seqs) {
+    std::vector<double> s;
+    for (int32_t r = 0; r < repeats + 1; ++r) {  // first pass warms up
+      std::vector<ProposeJob> jobs(static_cast<size_t>(n));
+      for (int32_t i = 0; i < n; ++i) {
+        proposer.reset(i);
+        ProposeJob& j = jobs[size_t(i)];
+        j.seq = i;
+        j.taps = taps.data();
+        j.n_ctx = 1;
+        j.ctx_pos0 = 0;
+        j.anchor = 2;
+        j.anchor_pos = 1;
+        j.n_draft = block - 1;
+        j.tokens = &toks[size_t(i)];
+        j.params = &greedy;
+        j.rng = &rng;
+        j.out = &drafts[size_t(i)];
+      }
+      const auto t0 = Clock::now();
+      proposer.propose_batch(jobs);
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (r > 0 || repeats == 0) s.push_back(dt);
+    }
+    std::sort(s.begin(), s.end());
+    t[size_t(n) * block] = s[s.size() / 2];
+  }
+  for (int32_t i = 0; i < max_n; ++i) proposer.reset(i);
+  return t;
+}
+
 }  // namespace dfl

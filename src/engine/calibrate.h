@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "spec/proposer.h"
 
 namespace dfl {
 
@@ -18,5 +19,12 @@ std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
                                          const std::vector<int32_t>& blocks, int32_t context = 64,
                                          int32_t repeats = 3,
                                          const std::vector<int32_t>* aux = nullptr);
+
+// Measures a proposer's cost over total drafter rows: for each n in `n_seqs`, one propose_batch
+// of n jobs (slots 0..n−1, one context row each, then a full block of `block` rows) — seconds,
+// median of `repeats`, indexed by drafter rows n·block (0 = not measured). The slots are reset
+// afterwards. Auto draft lengths weigh a draft token's drafter cost with it.
+std::vector<double> measure_draft_curve(Proposer& proposer, int32_t hidden, int32_t block,
+                                        const std::vector<int32_t>& n_seqs, int32_t repeats = 1);
 
 }  // namespace dfl

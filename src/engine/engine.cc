@@ -175,6 +175,10 @@ void Engine::Impl::build() {
     bs.erase(std::unique(bs.begin(), bs.end()), bs.end());
     const int32_t cal_ctx = std::min<int32_t>(32, ctx - bs.back());
     if (cal_ctx >= 0) so.verify_cost = measure_verify_curve(*target, 0, bs, cal_ctx, 1, &proposer->target_aux());
+    // The drafter pass over 1, 2, 4, ... full blocks (up to max_seqs, or the step budget).
+    std::vector<int32_t> ns;
+    for (int32_t n = 1; n <= opts.max_seqs && n * block <= std::max(256, block); n *= 2) ns.push_back(n);
+    if (dflash) so.draft_cost = measure_draft_curve(*proposer, target->config().hidden_size, block, ns, 1);
   }
   Proposer* used = proposer.get();
   if (opts.wrap_proposer)

@@ -17,6 +17,8 @@ double since(Clock::time_point t0) {
 // Generated tokens are recomputed (after a preemption) in runs below the bf16 prefill-attention
 // threshold, as they were computed the first time (verify blocks, single tokens).
 constexpr int32_t kRecomputeChunk = 32;
+// Auto draft lengths: a sequence that chose not to draft this many steps in a row drafts 2.
+constexpr int32_t kExploreEvery = 4;
 static_assert(kRecomputeChunk < kAmxAttentionMinQueries);
 }  // namespace
 
@@ -36,6 +38,7 @@ struct Scheduler::Seq {
   Rng rng;
   std::unique_ptr<BlockPolicy> policy;  // acceptance estimates (every speculating sequence)
   bool auto_block = false;              // draft length chosen per step
+  int32_t steps_without_drafts = 0;     // auto: steps since it last drafted
   RequestStats stats;
   std::vector<CycleTrace> trace;
   std::vector<float> pending;      // taps of committed positions not yet given to the proposer
@@ -250,8 +253,11 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
     int32_t rows = 0;
     bool any_prefill = false;
     double expected = 0;  // tokens the step is expected to commit (fixed-length sequences)
+    int32_t draft_rows = 0;  // drafter rows of the fixed-length sequences
     auto_seqs_.clear();
     auto_caps_.clear();
+    int32_t n_decoding = 0;
+    for (auto& up : running_) n_decoding += up->decoding;
     for (auto& up : running_) {
       Seq* s = up.get();
       s->seg = -1;
@@ -260,12 +266,15 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
       if (s->spec) {
         const int32_t cap = std::max(0, std::min({s->block - 1, s->budget - s->generated - 1,
                                                   max_ctx_ - s->s() - 1}));
-        if (s->auto_block && !s->policy->warming_up()) {
+        // Warm-up cycles (full blocks, to observe every position) only pay when the sequence
+        // decodes alone; in a batch the acceptance prior stands in for them.
+        if (s->auto_block && (n_decoding > 1 || !s->policy->warming_up())) {
           auto_seqs_.push_back(s);  // chosen below, with the whole step in view
           auto_caps_.push_back(cap);
         } else {
           nd = cap;
           expected += s->policy ? s->policy->expected_committed(nd) - 1.0 : 0.0;
+          draft_rows += nd ? nd + 1 : 0;
         }
       }
       expected += 1.0;
@@ -290,10 +299,22 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
     if (!auto_seqs_.empty()) {
       auto_pol_.clear();
       for (Seq* s : auto_seqs_) auto_pol_.push_back(s->policy.get());
-      choose_batch_draft_lengths(auto_pol_, auto_caps_, expected, rows, opts_.verify_cost, auto_len_);
+      StepCost cost;
+      cost.target = &opts_.verify_cost;
+      cost.draft = &opts_.draft_cost;
+      cost.target_rows = rows;
+      cost.draft_rows = draft_rows;
+      choose_batch_draft_lengths(auto_pol_, auto_caps_, expected, cost, auto_len_);
       for (size_t i = 0; i < auto_seqs_.size(); ++i) {
-        auto_seqs_[i]->n_draft = auto_len_[i];
-        rows += auto_len_[i];
+        Seq* s = auto_seqs_[i];
+        int32_t k = auto_len_[i];
+        // Exploration: a sequence that has not drafted for a while drafts a little, so its
+        // acceptance estimates keep learning (they are what decides; never drafting would freeze
+        // them at the prior).
+        if (k == 0 && ++s->steps_without_drafts >= kExploreEvery) k = std::min(auto_caps_[i], 2);
+        if (k > 0) s->steps_without_drafts = 0;
+        s->n_draft = k;
+        rows += k;
       }
     }
     // Room in both pools.

@@ -74,6 +74,7 @@ struct SchedulerOptions {
   // The target forward's cost over total rows, t(R) (measure_verify_curve): auto draft lengths
   // are chosen from it per step with the whole batch in view (choose_batch_draft_lengths).
   std::vector<double> verify_cost;
+  std::vector<double> draft_cost;  // the proposer pass over total drafter rows (measure_draft_curve)
 };
 
 class Scheduler {

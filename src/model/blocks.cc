@@ -175,21 +175,16 @@ void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t
   ops::rms_norm(x, w.norm.data(), R, H, eps, a, &pool);
   if (w.kind == FfnKind::kMoE) {
     moe_forward(w.moe, *cfg.moe, a, R, H, y, sc.moe, pool);
-  } else if (w.kind == FfnKind::kGeGLU) {
+  } else {  // gated: act(gate(a)) ⊙ up(a) → down
     const int64_t I = w.gate.n_out;
     float* g = Scratch::ensure(sc.g, size_t(R) * I);
     float* u = Scratch::ensure(sc.u, size_t(R) * I);
     ops::matmul(a, R, w.gate, g, pool);  // [R, I]
     ops::matmul(a, R, w.up, u, pool);    // [R, I]
-    ops::gelu_tanh_mul(g, u, int64_t(R) * I, g, &pool);
-    ops::matmul(g, R, w.down, y, pool);  // [R, H]
-  } else {
-    const int64_t I = w.gate.n_out;
-    float* g = Scratch::ensure(sc.g, size_t(R) * I);
-    float* u = Scratch::ensure(sc.u, size_t(R) * I);
-    ops::matmul(a, R, w.gate, g, pool);  // [R, I]
-    ops::matmul(a, R, w.up, u, pool);    // [R, I]
-    ops::silu_mul(g, u, int64_t(R) * I, g, &pool);
+    if (w.kind == FfnKind::kGeGLU)
+      ops::gelu_tanh_mul(g, u, int64_t(R) * I, g, &pool);
+    else
+      ops::silu_mul(g, u, int64_t(R) * I, g, &pool);
     ops::matmul(g, R, w.down, y, pool);  // [R, H]
   }
   if (!w.post_norm.empty()) ops::rms_norm(y, w.post_norm.data(), R, H, eps, y, &pool);

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import fixture_common as fc  # noqa: E402
-from make_qwen3_fixtures import GREEDY_STEPS, MIN_GAP, PROMPT_LONG  # noqa: E402
+from make_qwen3_fixtures import GREEDY_STEPS, MIN_GAP, PROMPT_LONG, forward_capture  # noqa: E402
 
 FIXTURES = {
     "sw_v5": dict(layers=6, seed=5101, config_style="v5", softcap=None, rope_scaling=None),
@@ -65,20 +65,6 @@ def build_model(cfg, seed):
                 p.sub_(1.0)
     model.eval()
     return model
-
-
-@torch.no_grad()
-def forward_capture(model, ids):
-    outs, emb = [], []
-    hooks = [l.register_forward_hook(lambda m, a, o: outs.append(o[0] if isinstance(o, tuple) else o))
-             for l in model.model.layers]
-    hooks.append(model.model.embed_tokens.register_forward_hook(lambda m, a, o: emb.append(o)))
-    try:
-        out = model(input_ids=ids, use_cache=False)
-    finally:
-        for h in hooks:
-            h.remove()
-    return out.logits[0], emb[0][0], torch.stack([o[0] for o in outs], 0)
 
 
 @torch.no_grad()
