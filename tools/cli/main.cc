@@ -1,4 +1,4 @@
-// dflash — one binary, subcommands: run | inspect | tokenize | bench.
+// dflash — one binary, subcommands: run | inspect | tokenize | bench | serve.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -15,7 +15,8 @@ const char* kUsage =
     "  run        generate text from a model folder, optionally with a DFlash drafter (--draft)\n"
     "  inspect    print a model folder's parsed config and per-layer attention table\n"
     "  tokenize   print the token ids (and pieces) of a text\n"
-    "  bench      measure prefill, decode, verify cost and DFlash speed\n\n"
+    "  bench      measure prefill, decode, verify cost and DFlash speed\n"
+    "  serve      OpenAI-compatible HTTP server (chat / completions, streaming, metrics)\n\n"
     "Run 'dflash <command> --help' for the flags of a command.\n";
 }  // namespace
 
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return dfl::cli::cmd_inspect(argc, argv);
     if (cmd == "tokenize") return dfl::cli::cmd_tokenize(argc, argv);
     if (cmd == "bench") return dfl::cli::cmd_bench(argc, argv);
+    if (cmd == "serve") return dfl::cli::cmd_serve(argc, argv);
     std::fprintf(stderr, "dflash: unknown command '%s' (see dflash --help)\n", cmd.c_str());
     return 2;
   } catch (const dfl::Error& e) {
