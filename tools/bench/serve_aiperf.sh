@@ -5,13 +5,14 @@
 # aiperf's JSON export. Token counts are the server's (usage), not re-tokenized text.
 #
 # Usage: tools/bench/serve_aiperf.sh TARGET DRAFT [SECONDS_PER_POINT] [TOKENIZER_DIR]
-#   TARGET / DRAFT: checkpoint folders; TOKENIZER_DIR (default TARGET) is what aiperf uses to
+#   TARGET / DRAFT: checkpoint folders (or .gguf files; DRAFT may be ngram[:N]); TOKENIZER_DIR (default TARGET) is what aiperf uses to
 #   synthesize prompts. Env: BUILD (default build), ISL / OSL (default 64 / 64), CONC
 #   (default "1 4 16 64"), THREADS (default: all cores), MAX_SEQS (default 16).
 # aiperf goes into $BUILD/bench-venv (pip install aiperf).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-TARGET="$(realpath "$1")"; DRAFT="$(realpath "$2")"; SECS="${3:-20}"; TOK="$(realpath "${4:-$1}")"
+TARGET="$(realpath "$1")"; DRAFT="$2"; SECS="${3:-20}"; TOK="$(realpath "${4:-$1}")"
+[[ -e "$DRAFT" ]] && DRAFT="$(realpath "$DRAFT")"  # a folder / .gguf, or ngram[:N]
 BUILD="${BUILD:-$ROOT/build}"; ISL="${ISL:-64}"; OSL="${OSL:-64}"; CONC="${CONC:-1 4 16 64}"
 MAX_SEQS="${MAX_SEQS:-16}"
 VENV="$BUILD/bench-venv"
