@@ -45,6 +45,8 @@ void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool) {
   std::vector<WeightMatrix*> ms;
   AttnWeights& a = l.attn;
   for (WeightMatrix* m : {&a.q, &a.k, &a.v, &a.qkv, &a.o}) ms.push_back(m);
+  GdnWeights& d = l.gdn;
+  for (WeightMatrix* m : {&d.in_qkv, &d.in_z, &d.in_a, &d.in_b, &d.out}) ms.push_back(m);
   FfnWeights& f = l.ffn;
   if (f.kind == FfnKind::kMoE) {
     for (auto* v : {&f.moe.gate, &f.moe.up, &f.moe.down})
@@ -61,7 +63,8 @@ void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool) {
 
 int64_t DecoderLayer::matrix_bytes(const ModelConfig& cfg) const {
   int64_t b = 0;
-  for (const WeightMatrix* m : {&attn.q, &attn.k, &attn.v, &attn.qkv, &attn.o})
+  for (const WeightMatrix* m : {&attn.q, &attn.k, &attn.v, &attn.qkv, &attn.o, &gdn.in_qkv,
+                                &gdn.in_z, &gdn.in_a, &gdn.in_b, &gdn.out})
     if (m->data) b += weight_bytes(*m);
   if (ffn.kind == FfnKind::kMoE)
     b += weight_bytes(ffn.moe.router) + int64_t(cfg.moe ? cfg.moe->n_experts_per_tok : 0) *
@@ -117,6 +120,19 @@ void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32
         std::copy_n(p + w.q_s + w.k_s, w.v_s, v_out + size_t(r) * nv + j * w.v_s);
       }
     }
+  } else if (w.out_gate) {
+    const int64_t hd = s.head_dim;
+    float* t = Scratch::ensure(sc.t, size_t(n) * 2 * nq);
+    float* gate = Scratch::ensure(sc.gate, size_t(n) * nq);
+    ops::matmul(a, n, w.q, t, pool);  // [n, nh·(hd | hd)]
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t h = 0; h < s.n_heads; ++h) {
+        const float* src = t + size_t(r) * 2 * nq + h * 2 * hd;
+        if (q_out) std::copy_n(src, hd, q_out + size_t(r) * nq + h * hd);
+        std::copy_n(src + hd, hd, gate + size_t(r) * nq + h * hd);
+      }
+    ops::matmul(a, n, w.k, k_out, pool);
+    ops::matmul(a, n, w.v, v_out, pool);
   } else {
     if (q_out) ops::matmul(a, n, w.q, q_out, pool);  // [n, nh·hd]
     ops::matmul(a, n, w.k, k_out, pool);              // [n, nkv·hd]
@@ -152,6 +168,10 @@ void attention_sublayer(const AttnWeights& w, const LayerSpec& s, float* x, cons
     const KvPages view = kv.view(g.seq, il, sc.view);
     ops::attention(q + size_t(g.row0) * nq, plan.positions() + g.row0, g.n, view, w.params,
                    o + size_t(g.row0) * no, pool);
+  }
+  if (w.out_gate) {  // o ⊙ σ(gate), before the output projection (v_head_dim == head_dim)
+    const float* gate = sc.gate.data();
+    for (int64_t i = 0, e = int64_t(R) * no; i < e; ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
   }
   ops::matmul(o, R, w.o, a, pool);  // [R, H]
   if (!w.post_norm.empty()) ops::rms_norm(a, w.post_norm.data(), R, H, eps, a, &pool);

@@ -22,6 +22,8 @@ const char* family_name(Family f) {
     case Family::kQwen3: return "qwen3";
     case Family::kDFlashDraft: return "dflash_draft";
     case Family::kMiMoV2: return "mimo_v2";
+    case Family::kQwen35: return "qwen3_5";
+    case Family::kLlama: return "llama";
   }
   return "?";
 }

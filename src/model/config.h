@@ -12,10 +12,16 @@
 
 namespace dfl {
 
-enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2 };
+enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2, kQwen35, kLlama };
 const char* family_name(Family f);
 
+// The token mixer of a layer: attention over the KV pool, or Gated DeltaNet over a recurrent
+// state (kv/recurrent_state.h). Only attention layers have a KV pool layer (kv_layout).
+enum class MixerKind : uint8_t { kAttention, kGatedDeltaNet };
+
 struct LayerSpec {
+  MixerKind mixer = MixerKind::kAttention;
+  bool out_gate = false;       // attn_output_gate: q_proj rows per head are [query | gate]
   AttnKind attn = AttnKind::kFull;
   Window window;               // resolved visibility window (attention/attn_spec.h); read by all
                                // (causal ⇔ window.right == 0; a sliding layer sees window.left + 1 keys)
@@ -65,6 +71,16 @@ struct MiMoSpec {
   bool fp8 = false;                    // quantization_config.quant_method == "fp8"
 };
 
+// Gated DeltaNet geometry (Qwen3.5 linear_attention layers).
+struct GdnSpec {
+  int32_t n_k_heads = 0, n_v_heads = 0;  // linear_num_key_heads / linear_num_value_heads
+  int32_t d_k = 0, d_v = 0;              // linear_key_head_dim / linear_value_head_dim
+  int32_t conv_kernel = 4;               // linear_conv_kernel_dim
+  int32_t key_dim() const { return n_k_heads * d_k; }
+  int32_t value_dim() const { return n_v_heads * d_v; }
+  int32_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // [q | k | v] channels
+};
+
 struct ModelConfig {
   std::string dir;             // folder it was read from
   std::string architecture;    // architectures[0]
@@ -83,6 +99,8 @@ struct ModelConfig {
   std::optional<DFlashSpec> dflash;   // set for drafters
   std::optional<MoESpec> moe;         // set for MoE families
   std::optional<MiMoSpec> mimo;       // set for MiMo-V2 targets
+  std::optional<GdnSpec> gdn;         // set for hybrids with Gated DeltaNet layers
+  std::vector<std::string> skipped_prefixes;  // tensor prefixes the family does not load (mtp.*)
 };
 
 // Parse-time choices that are the user's, not the checkpoint's (never the environment's).

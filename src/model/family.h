@@ -32,6 +32,7 @@ struct FamilyEntry {
 extern const FamilyEntry kQwen3Family;
 extern const FamilyEntry kMiMoV2Family;
 extern const FamilyEntry kDFlashDraftFamily;
+extern const FamilyEntry kQwen35Family;
 
 // Every family, in lookup order (claims first).
 const std::vector<const FamilyEntry*>& all_families();

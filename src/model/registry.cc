@@ -9,7 +9,7 @@ namespace dfl {
 
 const std::vector<const FamilyEntry*>& all_families() {
   static const std::vector<const FamilyEntry*> table = {&kDFlashDraftFamily, &kQwen3Family,
-                                                        &kMiMoV2Family};
+                                                        &kMiMoV2Family, &kQwen35Family};
   return table;
 }
 
@@ -36,7 +36,8 @@ const FamilyEntry* find_family(const nlohmann::json& root, const std::string& ar
 std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg) {
   std::vector<KvLayerSpec> kvs;
   for (const auto& l : cfg.layers)
-    kvs.push_back(kv_layer_spec(l.attn == AttnKind::kSliding, l.window, l.n_kv_heads, l.head_dim,
+    if (l.mixer == MixerKind::kAttention)  // recurrent layers keep no KV (kv/recurrent_state.h)
+      kvs.push_back(kv_layer_spec(l.attn == AttnKind::kSliding, l.window, l.n_kv_heads, l.head_dim,
                                 l.v_head_dim));
   return kvs;
 }

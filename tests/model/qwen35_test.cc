@@ -1,0 +1,182 @@
+// Qwen3.5 hybrid targets (Gated DeltaNet + gated attention) against transformers goldens
+// (tools/ref/make_qwen35_fixtures.py, tests/fixtures/qwen35/<name>), and the exactness of the
+// recurrent-state rollback.
+//
+// Tolerances as qwen3_golden_test.cc: embed exact; layer_out / logits / greedy-step logits
+// ≤ 1e-4 abs (HF prefill uses the chunked GDN form, we use the recurrence everywhere; both fp32);
+// greedy ids exact. Rollback: memcmp (bit-identical states and logits).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/golden.h"
+#include "common/models.h"
+#include "kernels/ops.h"
+#include "model/decoder.h"
+#include "model/gdn.h"
+#include "model/model.h"
+
+namespace dfl {
+namespace {
+
+using test::Golden;
+using test::max_abs_diff;
+
+constexpr double kTol = 1e-4;
+
+class Qwen35Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Qwen35Golden, PromptAndGreedyMatchTransformers) {
+  const std::string dir = test::fixture("qwen35/" + GetParam());
+  Golden g(dir + "/golden.safetensors");
+  auto pool = test::make_pool();
+  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
+  const ModelConfig& c = model->config();
+  ASSERT_EQ(c.family, Family::kQwen35);
+  const int32_t L = c.n_layers, H = c.hidden_size, V = c.vocab_size;
+  const auto prompt = g.i32("prompt_ids");
+  const int32_t n = static_cast<int32_t>(prompt.size());
+  const auto aux = test::iota_ids(L + 1);
+  ForwardOut out = test::run_forward(*model, prompt, LogitsMode::kAll, &aux);
+  auto aux_col = [&](int32_t j) {
+    std::vector<float> m(size_t(n) * H);
+    for (int32_t t = 0; t < n; ++t)
+      std::copy_n(out.aux.data() + (size_t(t) * (L + 1) + j) * H, H, m.data() + size_t(t) * H);
+    return m;
+  };
+  EXPECT_EQ(max_abs_diff(aux_col(0), g.f32("embed")), 0.0);
+  const auto layer_out = g.f32("layer_out");
+  double e_layers = 0;
+  for (int32_t il = 0; il < L; ++il) {
+    const auto ours = aux_col(il + 1);
+    const double e = max_abs_diff(ours.data(), layer_out.data() + size_t(il) * n * H, ours.size());
+    EXPECT_LE(e, kTol) << "layer_out[" << il << "]";
+    e_layers = std::max(e_layers, e);
+  }
+  const double e_logits = max_abs_diff(out.logits, g.f32("logits"));
+  EXPECT_LE(e_logits, kTol);
+  const auto greedy = g.i32("greedy_ids");
+  const auto gl = g.f32("greedy_logits");
+  double e_steps = max_abs_diff(out.logits.data() + size_t(n - 1) * V, gl.data(), V);
+  int32_t tok = int32_t(ops::argmax(out.logits.data() + size_t(n - 1) * V, V));
+  std::vector<int32_t> ours{tok};
+  for (size_t i = 1; i < greedy.size(); ++i) {
+    ForwardOut st = test::run_forward(*model, {tok}, LogitsMode::kLast);
+    e_steps = std::max(e_steps, max_abs_diff(st.logits.data(), gl.data() + i * V, V));
+    tok = int32_t(ops::argmax(st.logits.data(), V));
+    ours.push_back(tok);
+  }
+  EXPECT_EQ(ours, greedy);
+  EXPECT_LE(e_steps, kTol);
+  std::printf("[qwen35/%s] n=%d max|Δlayer_out|=%.3g max|Δlogits|=%.3g greedy 32 %s, "
+              "max|Δstep logits|=%.3g\n", GetParam().c_str(), n, e_layers, e_logits,
+              ours == greedy ? "identical" : "DIFFER", e_steps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen35Golden, ::testing::Values("flat_untied", "nested_tied"));
+
+TEST(Qwen35Config, NestedAndFlatParse) {
+  for (const char* n : {"flat_untied", "nested_tied"}) {
+    const ModelConfig c = load_model_config(test::fixture(std::string("qwen35/") + n));
+    ASSERT_TRUE(c.gdn.has_value()) << n;
+    EXPECT_EQ(c.layers[0].mixer, MixerKind::kGatedDeltaNet);
+    EXPECT_EQ(c.layers[3].mixer, MixerKind::kAttention) << n;
+    EXPECT_TRUE(c.layers[3].out_gate);
+    EXPECT_EQ(c.layers[3].rope.n_rot, 4) << n;  // partial_rotary_factor 0.25 of head_dim 16
+    EXPECT_FLOAT_EQ(c.layers[3].rope.theta, 10000.0f);
+    EXPECT_EQ(c.tie_word_embeddings, std::string(n) == "nested_tied");
+    EXPECT_EQ(int(kv_layout(c).size()), std::string(n) == "flat_untied" ? 1 : 2);
+  }
+}
+
+// The committed states of slot `s`: every linear layer's conv and ssm state, concatenated.
+std::vector<float> states_of(const CausalLM& m, int32_t s) {
+  const RecurrentState* r = dynamic_cast<const DecoderLM&>(m).recurrent();
+  std::vector<float> v;
+  const RecurrentSpec& sp = r->spec();
+  for (int32_t l = 0; l < sp.n_layers; ++l) {
+    v.insert(v.end(), r->conv(s, l), r->conv(s, l) + sp.conv_floats());
+    v.insert(v.end(), r->ssm(s, l), r->ssm(s, l) + sp.ssm_floats());
+  }
+  return v;
+}
+
+ForwardOut fwd(CausalLM& m, int32_t seq, const std::vector<int32_t>& toks, LogitsMode mode) {
+  return test::run_forward(m, toks, mode, nullptr, seq);
+}
+
+// After a verify block of B tokens accepts a (rollback to d + a + 1), the recurrent states, the
+// KV length and the next logits equal — bit for bit — decoding those a + 1 tokens one at a time;
+// every a in 0..B-1, at three depths, on both fixtures. The block's rows 0..a also have exactly
+// the logits the tokens get decoded alone.
+TEST(Qwen35Rollback, EveryAcceptedLengthIsBitExact) {
+  constexpr int32_t B = 16;
+  for (const char* name : {"flat_untied", "nested_tied"}) {
+    auto pool = test::make_pool();
+    LoadOptions lo;
+    lo.n_seqs = 2;
+    lo.max_block = B;
+    auto m = load_causal_lm(test::fixture(std::string("qwen35/") + name), lo, *pool);
+    const int32_t V = m->config().vocab_size;
+    std::vector<int32_t> text(80);
+    for (size_t i = 0; i < text.size(); ++i) text[i] = int32_t((i * 7919 + 13) % V);
+    for (int32_t depth : {1, 22, 47}) {
+      const std::vector<int32_t> prefix(text.begin(), text.begin() + depth);
+      const std::vector<int32_t> block(text.begin() + depth, text.begin() + depth + B);
+      for (int32_t a = 0; a < B; ++a) {
+        m->release(0);
+        m->release(1);
+        fwd(*m, 0, prefix, LogitsMode::kNone);
+        fwd(*m, 1, prefix, LogitsMode::kNone);
+        ASSERT_EQ(states_of(*m, 0), states_of(*m, 1));
+        const ForwardOut vb = fwd(*m, 0, block, LogitsMode::kAll);
+        m->rollback(0, depth + a + 1);
+        for (int32_t t = 0; t <= a; ++t) {
+          const ForwardOut one = fwd(*m, 1, {block[t]}, LogitsMode::kLast);
+          ASSERT_EQ(0, std::memcmp(one.logits.data(), vb.logits.data() + size_t(t) * V,
+                                   sizeof(float) * V))
+              << name << " depth " << depth << " row " << t;
+        }
+        EXPECT_EQ(m->kv().length(0), depth + a + 1);
+        const auto s0 = states_of(*m, 0), s1 = states_of(*m, 1);
+        ASSERT_EQ(s0.size(), s1.size());
+        ASSERT_EQ(0, std::memcmp(s0.data(), s1.data(), sizeof(float) * s0.size()))
+            << name << " depth " << depth << " accepted " << a;
+        // Both continue identically.
+        const ForwardOut n0 = fwd(*m, 0, {text[70]}, LogitsMode::kLast);
+        const ForwardOut n1 = fwd(*m, 1, {text[70]}, LogitsMode::kLast);
+        ASSERT_EQ(0, std::memcmp(n0.logits.data(), n1.logits.data(), sizeof(float) * V));
+      }
+    }
+  }
+}
+
+// Dropping a whole block, a no-op rollback, and a KV-only truncate (calibration) caught up by
+// the next forward.
+TEST(Qwen35Rollback, WholeBlockNoOpAndKvOnlyTruncate) {
+  auto pool = test::make_pool();
+  LoadOptions lo;
+  lo.n_seqs = 2;
+  auto m = load_causal_lm(test::fixture("qwen35/flat_untied"), lo, *pool);
+  const std::vector<int32_t> p = {5, 9, 11, 40, 3}, blk = {7, 8, 9, 10};
+  fwd(*m, 0, p, LogitsMode::kNone);
+  fwd(*m, 1, p, LogitsMode::kNone);
+  fwd(*m, 0, blk, LogitsMode::kAll);
+  m->rollback(0, 5);
+  EXPECT_EQ(states_of(*m, 0), states_of(*m, 1));
+  fwd(*m, 0, blk, LogitsMode::kAll);
+  m->rollback(0, 9);  // no-op
+  fwd(*m, 1, blk, LogitsMode::kAll);
+  EXPECT_EQ(states_of(*m, 0), states_of(*m, 1));
+  fwd(*m, 0, {1, 2}, LogitsMode::kAll);
+  m->kv().truncate(0, 9);
+  const ForwardOut a = fwd(*m, 0, {3}, LogitsMode::kLast);
+  const ForwardOut b = fwd(*m, 1, {3}, LogitsMode::kLast);
+  EXPECT_EQ(a.logits, b.logits);
+  // A partial rollback outside the last forward is refused.
+  EXPECT_THROW(m->rollback(0, 4), Error);
+}
+
+}  // namespace
+}  // namespace dfl
