@@ -184,6 +184,21 @@ def make_fixture(tok, name: str, spec: dict) -> None:
           f"greedy {g_ids.tolist()[:10]}..., {fc.dir_size(folder)/1024:.0f} KiB")
 
 
+def make_drafter(tok) -> None:
+    """A random z-lab-layout DFlash drafter for flat_untied (no goldens: it feeds the engine
+    identity / lossless tests, whose oracle is target-only decoding). Taps [1, 3]: the output of
+    a linear_attention layer and of the full_attention layer."""
+    import make_dflash_fixtures as mdf
+    folder = fc.fresh_dir(fc.FIXTURES / "qwen35" / "flat_untied_draft")
+    spec = dict(layers=2, taps=[1, 3], block=8,
+                cfg={"layer_types": ["full_attention"] * 2, "sliding_window": None,
+                     "use_sliding_window": False, "hidden_size": 48, "intermediate_size": 64})
+    cfg = mdf.draft_config(spec, n_target_layers=4, mask_id=tok.get_vocab_size() - 1)
+    w = mdf.random_draft_weights(mdf.draft_param_shapes(cfg, 2, 48), seed=5101)
+    mdf.write_draft(folder, cfg, w, "zlab")
+    print(f"qwen35/flat_untied_draft: {fc.dir_size(folder)/1024:.0f} KiB")
+
+
 def main() -> None:
     fc.setup_determinism()
     tok = fc.build_tokenizer()
@@ -191,6 +206,8 @@ def main() -> None:
     for name, spec in FIXTURES.items():
         if not only or name in only:
             make_fixture(tok, name, spec)
+    if not only or "draft" in only:
+        make_drafter(tok)
 
 
 if __name__ == "__main__":
