@@ -51,6 +51,7 @@ void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool) {
   if (f.kind == FfnKind::kMoE) {
     for (auto* v : {&f.moe.gate, &f.moe.up, &f.moe.down})
       for (auto& m : *v) ms.push_back(&m);
+    for (WeightMatrix* m : {&f.sh_gate, &f.sh_up, &f.sh_down}) ms.push_back(m);
   } else {
     for (WeightMatrix* m : {&f.gate, &f.up, &f.down}) ms.push_back(m);
   }
@@ -66,9 +67,12 @@ int64_t DecoderLayer::matrix_bytes(const ModelConfig& cfg) const {
   for (const WeightMatrix* m : {&attn.q, &attn.k, &attn.v, &attn.qkv, &attn.o, &gdn.in_qkv,
                                 &gdn.in_z, &gdn.in_a, &gdn.in_b, &gdn.out})
     if (m->data) b += weight_bytes(*m);
-  if (ffn.kind == FfnKind::kMoE)
+  if (ffn.kind == FfnKind::kMoE) {
     b += weight_bytes(ffn.moe.router) + int64_t(cfg.moe ? cfg.moe->n_experts_per_tok : 0) *
                                             ffn.moe.expert_bytes();
+    for (const WeightMatrix* m : {&ffn.sh_gate, &ffn.sh_up, &ffn.sh_down})
+      if (m->data) b += weight_bytes(*m);
+  }
   else
     b += weight_bytes(ffn.gate) + weight_bytes(ffn.up) + weight_bytes(ffn.down);
   return b;
@@ -187,6 +191,25 @@ void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t
   ops::rms_norm(x, w.norm.data(), R, H, eps, a, &pool);
   if (w.kind == FfnKind::kMoE) {
     moe_forward(w.moe, *cfg.moe, a, R, H, y, sc.moe, pool);
+    if (w.sh_gate.data) {
+      const int64_t I = w.sh_gate.n_out;
+      float* g = Scratch::ensure(sc.g, size_t(R) * I);
+      float* u = Scratch::ensure(sc.u, size_t(R) * I);
+      float* t = Scratch::ensure(sc.t, size_t(R) * H);
+      ops::matmul(a, R, w.sh_gate, g, pool);
+      ops::matmul(a, R, w.sh_up, u, pool);
+      ops::silu_mul(g, u, int64_t(R) * I, g, &pool);
+      ops::matmul(g, R, w.sh_down, t, pool);  // [R, H]
+      for (int32_t r = 0; r < R; ++r) {
+        const float* ar = a + size_t(r) * H;
+        float dot = 0.0f;
+        for (int32_t c = 0; c < H; ++c) dot += ar[c] * w.sh_gate_w[c];
+        const float sg = 1.0f / (1.0f + std::exp(-dot));
+        float* yr = y + size_t(r) * H;
+        const float* tr = t + size_t(r) * H;
+        for (int32_t c = 0; c < H; ++c) yr[c] += sg * tr[c];
+      }
+    }
   } else {
     const int64_t I = w.gate.n_out;
     float* g = Scratch::ensure(sc.g, size_t(R) * I);

@@ -9,7 +9,8 @@
 //               norm → residual add
 //   (norm weights are effective weights: zero-centred (1+w) norms are folded at load time,
 //   model/weights.h load_norm; the other token mixer, Gated DeltaNet, is model/gdn.h)
-//   ffn:        norm → SwiGLU | MoE → optional post norm → residual add
+//   ffn:        norm → SwiGLU | MoE (+ optional gated shared expert) → optional post norm →
+//               residual add
 #pragma once
 
 #include <string>
@@ -52,6 +53,9 @@ struct FfnWeights {
   std::vector<float> post_norm;  // [H] or empty
   WeightMatrix gate, up, down;   // SwiGLU: [I, H], [I, H], [H, I]
   MoEWeights moe;                // kMoE
+  // kMoE with a shared expert (Qwen3.5-MoE): y += σ(h·w_sg) · SwiGLU_shared(h)
+  WeightMatrix sh_gate, sh_up, sh_down;  // [Is, H], [Is, H], [H, Is]
+  std::vector<float> sh_gate_w;          // [H] shared_expert_gate
 };
 
 struct DecoderLayer {

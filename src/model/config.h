@@ -52,7 +52,8 @@ struct MoESpec {
   int32_t n_group = 1, topk_group = 1;
   bool norm_topk_prob = true;
   float routed_scaling_factor = 1.0f;
-  std::string scoring_func = "sigmoid";
+  std::string scoring_func = "sigmoid";   // "softmax" (Qwen3.5-MoE): top-k of softmax probs
+  int32_t shared_intermediate_size = 0;   // > 0: a shared expert gated by σ(h·w_sg) (Qwen3.5)
   std::string topk_method = "noaux_tc";   // noaux_tc: e_score_correction_bias for selection only
   std::string router_dtype = "float32";   // moe_router_dtype (the engine computes in fp32)
 };

@@ -74,7 +74,9 @@ TEST_P(Qwen35Golden, PromptAndGreedyMatchTransformers) {
               ours == greedy ? "identical" : "DIFFER", e_steps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen35Golden, ::testing::Values("flat_untied", "nested_tied"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen35Golden,
+                         ::testing::Values("flat_untied", "nested_tied", "moe_fused",
+                                           "moe_per_expert"));
 
 TEST(Qwen35Config, NestedAndFlatParse) {
   for (const char* n : {"flat_untied", "nested_tied"}) {
@@ -112,7 +114,7 @@ ForwardOut fwd(CausalLM& m, int32_t seq, const std::vector<int32_t>& toks, Logit
 // the logits the tokens get decoded alone.
 TEST(Qwen35Rollback, EveryAcceptedLengthIsBitExact) {
   constexpr int32_t B = 16;
-  for (const char* name : {"flat_untied", "nested_tied"}) {
+  for (const char* name : {"flat_untied", "nested_tied", "moe_fused"}) {
     auto pool = test::make_pool();
     LoadOptions lo;
     lo.n_seqs = 2;

@@ -41,13 +41,27 @@ FIXTURES = {
                         seed=5001, style="flat"),
     "nested_tied": dict(layer_types=["linear_attention", "full_attention"] * 2 +
                         ["linear_attention"], tied=True, seed=6001, style="nested"),
+    # Qwen3_5MoeForCausalLM text model: 8 experts top-4 (softmax, renormalised) + gated shared
+    # expert. moe_fused: the fused expert tensors transformers 5 writes (experts.gate_up_proj
+    # [E, 2I, H], experts.down_proj [E, H, I]); moe_per_expert: split into
+    # experts.{e}.{gate,up,down}_proj (what save_pretrained writes) nested as
+# Qwen3_5MoeForConditionalGeneration; moe_fused: those tensors stacked into the fused layout.
+    "moe_fused": dict(layer_types=["linear_attention"] * 3 + ["full_attention"], tied=False,
+                      seed=7001, style="flat", moe=True, fuse=True),
+    "moe_per_expert": dict(layer_types=["linear_attention", "full_attention"] * 2, tied=False,
+                           seed=8001, style="nested", moe=True),
 }
 
 
-def make_config(vocab: int, tok_ids: dict, layer_types, tied: bool):
-    from transformers import Qwen3_5TextConfig
-    cfg = Qwen3_5TextConfig(
-        vocab_size=vocab, hidden_size=48, intermediate_size=64,
+def make_config(vocab: int, tok_ids: dict, layer_types, tied: bool, moe: bool = False):
+    from transformers import Qwen3_5TextConfig, Qwen3_5MoeTextConfig
+    extra = dict(intermediate_size=64)
+    if moe:
+        extra = dict(num_experts=8, num_experts_per_tok=4, moe_intermediate_size=16,
+                     shared_expert_intermediate_size=16)
+    cls = Qwen3_5MoeTextConfig if moe else Qwen3_5TextConfig
+    cfg = cls(
+        vocab_size=vocab, hidden_size=48, **extra,
         num_hidden_layers=len(layer_types), num_attention_heads=4, num_key_value_heads=2,
         head_dim=16, hidden_act="silu", max_position_embeddings=512, rms_norm_eps=1e-6,
         tie_word_embeddings=tied,
@@ -57,16 +71,17 @@ def make_config(vocab: int, tok_ids: dict, layer_types, tied: bool):
         linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
         linear_num_key_heads=2, linear_num_value_heads=4, layer_types=list(layer_types),
         bos_token_id=tok_ids["<|endoftext|>"], eos_token_id=tok_ids["<|im_end|>"])
-    cfg.architectures = ["Qwen3_5ForCausalLM"]
+    cfg.architectures = ["Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM"]
     cfg._attn_implementation = "eager"
     cfg.dtype = "float32"
     return cfg
 
 
 def build_model(cfg, seed: int):
-    from transformers import Qwen3_5ForCausalLM
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM
     torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM(cfg).to(torch.float32)
+    cls = Qwen3_5MoeForCausalLM if cfg.architectures[0].startswith("Qwen3_5Moe") else Qwen3_5ForCausalLM
+    model = cls(cfg).to(torch.float32)
     model.config._attn_implementation = "eager"
     fc.random_init_(model, seed, std=0.15, norm_jitter=0.1)
     with torch.no_grad():
@@ -111,6 +126,28 @@ def greedy_cached(model, ids, steps: int):
     return torch.tensor(toks), torch.stack(rows, 0)
 
 
+def fuse_experts(folder: Path) -> None:
+    """Per-expert tensors -> the fused layout: experts.gate_up_proj [E, 2I, H] (gate rows first),
+    experts.down_proj [E, H, I] (the parameters of transformers' Qwen3_5MoeExperts)."""
+    import re
+    from safetensors.torch import load_file, save_file
+    st = folder / "model.safetensors"
+    w = load_file(str(st))
+    out, groups = {}, {}
+    for k, v in w.items():
+        m = re.match(r"(.*mlp\.experts\.)(\d+)\.(gate|up|down)_proj\.weight$", k)
+        if m:
+            groups.setdefault(m.group(1), {})[(int(m.group(2)), m.group(3))] = v
+        else:
+            out[k] = v
+    for base, g in groups.items():
+        n = 1 + max(e for e, _ in g)
+        out[base + "gate_up_proj"] = torch.stack(
+            [torch.cat([g[(e, "gate")], g[(e, "up")]], 0) for e in range(n)], 0).contiguous()
+        out[base + "down_proj"] = torch.stack([g[(e, "down")] for e in range(n)], 0).contiguous()
+    save_file(out, str(st), metadata={"format": "pt"})
+
+
 def nest(folder: Path, tok_vocab: int) -> None:
     """Rewrite a flat Qwen3_5ForCausalLM folder into the published ConditionalGeneration layout."""
     from safetensors.torch import load_file, save_file
@@ -127,7 +164,12 @@ def nest(folder: Path, tok_vocab: int) -> None:
     text["mamba_ssm_dtype"] = "float32"
     text["attn_output_gate"] = True
     text["full_attention_interval"] = 2
-    top = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+    moe = "num_experts" in text
+    if moe:
+        text["model_type"] = "qwen3_5_moe_text"
+    top = {"architectures": ["Qwen3_5MoeForConditionalGeneration" if moe else
+                             "Qwen3_5ForConditionalGeneration"],
+           "model_type": "qwen3_5_moe" if moe else "qwen3_5",
            "text_config": text, "vision_config": {"depth": 1, "hidden_size": 8},
            "image_token_id": tok_vocab + 7, "tie_word_embeddings": flat["tie_word_embeddings"],
            "transformers_version": flat.get("transformers_version", "")}
@@ -152,7 +194,7 @@ def make_fixture(tok, name: str, spec: dict) -> None:
     n = prompt_ids.shape[1]
     seed = spec["seed"]
     for _ in range(50):
-        cfg = make_config(vocab, ids_map, spec["layer_types"], spec["tied"])
+        cfg = make_config(vocab, ids_map, spec["layer_types"], spec["tied"], spec.get("moe", False))
         model = build_model(cfg, seed)
         g_ids, g_logits = greedy_cached(model, prompt_ids, GREEDY_STEPS)
         gaps = fc.top2_gap(g_logits)
@@ -167,6 +209,14 @@ def make_fixture(tok, name: str, spec: dict) -> None:
     assert torch.equal(torch.argmax(lf[n - 1:], -1), g_ids), "cached vs uncached greedy mismatch"
     assert float((lf[n - 1:] - g_logits).abs().max()) < 1e-4
     model.save_pretrained(str(folder))
+    if spec.get("fuse"):
+        fuse_experts(folder)
+        # transformers loads the fused layout back to the same model (checks the layout).
+        re = type(model).from_pretrained(str(folder), dtype=torch.float32,
+                                         attn_implementation="eager").eval()
+        with torch.no_grad():
+            d = float((re(input_ids=prompt_ids, use_cache=False).logits[0] - logits).abs().max())
+        assert d == 0.0, f"fused reload differs by {d}"
     if spec["style"] == "nested":
         nest(folder, vocab)
     fc.write_tokenizer_files(tok, folder)
@@ -175,7 +225,8 @@ def make_fixture(tok, name: str, spec: dict) -> None:
               "greedy_logits": fc.f32(g_logits)}
     fc.save_safetensors(golden, folder / "golden.safetensors")
     fc.write_json(folder / "golden.json", {
-        "reference": f"transformers {__import__('transformers').__version__} Qwen3_5ForCausalLM, "
+        "reference": f"transformers {__import__('transformers').__version__} "
+                     f"{type(model).__name__}, "
                      "eager, float32, CPU (chunked GDN prefill, recurrent GDN decode)",
         "seed": seed, "prompt_text": PROMPT, "n_prompt": n, "greedy_steps": GREEDY_STEPS,
         "greedy_min_top2_gap": round(float(gaps.min()), 6), "style": spec["style"],

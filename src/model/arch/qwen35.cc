@@ -1,4 +1,5 @@
-// Qwen3.5 / 3.6 / 3.8 hybrid text targets (Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration;
+// Qwen3.5 / 3.6 / 3.8 hybrid text targets (Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration,
+// and the MoE ones: Qwen3_5Moe*, FFN = softmax top-k routed experts + gated shared expert;
 // docs: ../shared/docs/TARGETS-SPEC.md §5): embedding → L × [RMSNorm_1p → token mixer →
 // residual → RMSNorm_1p → SwiGLU → residual] → RMSNorm_1p → lm_head, where the token mixer is
 // Gated DeltaNet (`linear_attention`, model/gdn.h) or gated full attention (`full_attention`:
@@ -13,6 +14,8 @@
 #include "model/config_json.h"
 #include "model/decoder.h"
 #include "model/family.h"
+#include "model/fp8_weights.h"
+#include "model/moe.h"
 #include "model/weights.h"
 
 namespace dfl {
@@ -25,8 +28,23 @@ void parse_qwen35(const nlohmann::json& root, ModelConfig& c, const ConfigOption
   c.family = Family::kQwen35;
   const json* tc = find_key(root, "text_config");
   DFL_CHECK(!tc || tc->is_object(), "config: text_config must be an object");
-  const json& t = tc ? *tc : root;
+  json t = tc ? *tc : root;
+  const bool moe = find_key(t, "num_experts") != nullptr;
+  if (moe && !find_key(t, "intermediate_size"))  // MoE text configs have no dense MLP width
+    t["intermediate_size"] = req_int(t, "moe_intermediate_size", 1, 1 << 22);
   parse_common(t, c);
+  if (moe) {
+    MoESpec m;
+    m.n_routed_experts = req_int(t, "num_experts", 1, 1 << 16);
+    m.n_experts_per_tok = req_int(t, "num_experts_per_tok", 1, m.n_routed_experts);
+    m.moe_intermediate_size = req_int(t, "moe_intermediate_size", 1, 1 << 22);
+    m.shared_intermediate_size =
+        static_cast<int32_t>(opt_int(t, "shared_expert_intermediate_size").value_or(0));
+    m.scoring_func = "softmax";
+    m.topk_method = "greedy";
+    m.norm_topk_prob = true;  // unconditional in Qwen3_5Moe
+    c.moe = m;
+  }
   if (tc)  // the top-level flag is what the ConditionalGeneration model ties by
     if (auto tie = opt_bool(root, "tie_word_embeddings")) c.tie_word_embeddings = *tie;
   LayerSpec proto = base_layer(t, c);
@@ -62,6 +80,7 @@ void parse_qwen35(const nlohmann::json& root, ModelConfig& c, const ConfigOption
     for (int32_t il = 0; il < c.n_layers; ++il)
       c.layers[il].mixer = (il + 1) % every == 0 ? MixerKind::kAttention : MixerKind::kGatedDeltaNet;
   }
+  for (auto& l : c.layers) l.moe = moe;
   c.skipped_prefixes = {"mtp.", "model.visual."};
 }
 
@@ -116,12 +135,27 @@ class Qwen35Model final : public DecoderLM {
     }
     FfnWeights& f = l.ffn;
     f.norm = load_norm(ck_, p + "post_attention_layernorm.weight", H, NormStyle::kZeroCentred);
-    f.gate = load_linear(ck_, p + "mlp.gate_proj.weight", I, H);
-    f.up = load_linear(ck_, p + "mlp.up_proj.weight", I, H);
-    f.down = load_linear(ck_, p + "mlp.down_proj.weight", H, I);
+    if (cfg_.moe) {
+      const MoESpec& ms = *cfg_.moe;
+      f.kind = FfnKind::kMoE;
+      f.moe = load_moe(ck_, p, ms, H, scales_, 128, 128);
+      if (const int32_t Is = ms.shared_intermediate_size; Is > 0) {
+        const std::string sp = p + "mlp.shared_expert.";
+        f.sh_gate = load_linear(ck_, sp + "gate_proj.weight", Is, H);
+        f.sh_up = load_linear(ck_, sp + "up_proj.weight", Is, H);
+        f.sh_down = load_linear(ck_, sp + "down_proj.weight", H, Is);
+        f.sh_gate_w = load_f32(ck_, p + "mlp.shared_expert_gate.weight", {1, H});
+      }
+    } else {
+      f.gate = load_linear(ck_, p + "mlp.gate_proj.weight", I, H);
+      f.up = load_linear(ck_, p + "mlp.up_proj.weight", I, H);
+      f.down = load_linear(ck_, p + "mlp.down_proj.weight", H, I);
+    }
     convert_layer(l, opts, &pool_);
     return l;
   }
+
+  Fp8ScaleStore scales_;
 };
 
 std::unique_ptr<CausalLM> make_qwen35(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool) {
@@ -131,8 +165,9 @@ std::unique_ptr<CausalLM> make_qwen35(ModelConfig cfg, const LoadOptions& opts, 
 }  // namespace
 
 const FamilyEntry kQwen35Family = {Family::kQwen35,
-                                   {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"},
-                                   {"qwen3_5", "qwen3_5_text"},
+                                   {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM",
+                                    "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"},
+                                   {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"},
                                    nullptr,
                                    parse_qwen35,
                                    make_qwen35};
