@@ -21,7 +21,8 @@ AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks) {
 }
 
 DecoderLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const LayerSpec& s,
-                              int32_t H, int32_t I, const LoadOptions& opts, ThreadPool* pool) {
+                              int32_t H, int32_t I, const LoadOptions& opts, ThreadPool* pool,
+                              bool qk_norm) {
   DecoderLayer l;
   AttnWeights& a = l.attn;
   a.norm = load_vector(ck, p + "input_layernorm.weight", H);
@@ -29,8 +30,10 @@ DecoderLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const 
   a.k = load_linear(ck, p + "self_attn.k_proj.weight", int64_t(s.n_kv_heads) * s.head_dim, H);
   a.v = load_linear(ck, p + "self_attn.v_proj.weight", int64_t(s.n_kv_heads) * s.v_head_dim, H);
   a.o = load_linear(ck, p + "self_attn.o_proj.weight", H, int64_t(s.n_heads) * s.v_head_dim);
-  a.q_norm = load_vector(ck, p + "self_attn.q_norm.weight", s.head_dim);
-  a.k_norm = load_vector(ck, p + "self_attn.k_norm.weight", s.head_dim);
+  if (qk_norm) {
+    a.q_norm = load_vector(ck, p + "self_attn.q_norm.weight", s.head_dim);
+    a.k_norm = load_vector(ck, p + "self_attn.k_norm.weight", s.head_dim);
+  }
   if (s.sinks) a.sinks = load_vector(ck, p + "self_attn.attention_sink_bias", s.n_heads);
   FfnWeights& f = l.ffn;
   f.norm = load_vector(ck, p + "post_attention_layernorm.weight", H);

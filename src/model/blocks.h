@@ -74,9 +74,10 @@ AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks);
 // Qwen3-style layer from "<prefix>input_layernorm.weight", "<prefix>self_attn.{q,k,v,o}_proj",
 // q_norm/k_norm, optional attention_sink_bias, "<prefix>post_attention_layernorm.weight" and a
 // SwiGLU "<prefix>mlp.{gate,up,down}_proj". Matrices get the load-time format of `opts`.
+// qk_norm = false: no q_norm/k_norm tensors (Llama).
 DecoderLayer load_dense_layer(const Checkpoint& ck, const std::string& prefix, const LayerSpec& spec,
                               int32_t hidden, int32_t intermediate, const LoadOptions& opts,
-                              ThreadPool* pool);
+                              ThreadPool* pool, bool qk_norm = true);
 
 // Applies the load-time format of `opts` to every matrix of the layer (experts included).
 void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool);

@@ -9,7 +9,7 @@ namespace dfl {
 
 const std::vector<const FamilyEntry*>& all_families() {
   static const std::vector<const FamilyEntry*> table = {&kDFlashDraftFamily, &kQwen3Family,
-                                                        &kMiMoV2Family, &kQwen35Family};
+                                                        &kMiMoV2Family, &kQwen35Family, &kLlamaFamily};
   return table;
 }
 

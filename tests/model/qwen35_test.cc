@@ -25,15 +25,16 @@ using test::max_abs_diff;
 
 constexpr double kTol = 1e-4;
 
-class Qwen35Golden : public ::testing::TestWithParam<std::string> {};
+// Param: the fixture folder under tests/fixtures (qwen35/* and the Llama-3 ones, llama/*).
+class HfGolden : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(Qwen35Golden, PromptAndGreedyMatchTransformers) {
-  const std::string dir = test::fixture("qwen35/" + GetParam());
+TEST_P(HfGolden, PromptAndGreedyMatchTransformers) {
+  const std::string dir = test::fixture(GetParam());
   Golden g(dir + "/golden.safetensors");
   auto pool = test::make_pool();
   auto model = load_causal_lm(dir, LoadOptions{}, *pool);
   const ModelConfig& c = model->config();
-  ASSERT_EQ(c.family, Family::kQwen35);
+  ASSERT_EQ(c.family, GetParam().rfind("llama/", 0) == 0 ? Family::kLlama : Family::kQwen35);
   const int32_t L = c.n_layers, H = c.hidden_size, V = c.vocab_size;
   const auto prompt = g.i32("prompt_ids");
   const int32_t n = static_cast<int32_t>(prompt.size());
@@ -69,14 +70,22 @@ TEST_P(Qwen35Golden, PromptAndGreedyMatchTransformers) {
   }
   EXPECT_EQ(ours, greedy);
   EXPECT_LE(e_steps, kTol);
-  std::printf("[qwen35/%s] n=%d max|Δlayer_out|=%.3g max|Δlogits|=%.3g greedy 32 %s, "
+  std::printf("[%s] n=%d max|Δlayer_out|=%.3g max|Δlogits|=%.3g greedy 32 %s, "
               "max|Δstep logits|=%.3g\n", GetParam().c_str(), n, e_layers, e_logits,
               ours == greedy ? "identical" : "DIFFER", e_steps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen35Golden,
-                         ::testing::Values("flat_untied", "nested_tied", "moe_fused",
-                                           "moe_per_expert"));
+INSTANTIATE_TEST_SUITE_P(Qwen35, HfGolden,
+                         ::testing::Values("qwen35/flat_untied", "qwen35/nested_tied",
+                                           "qwen35/moe_fused", "qwen35/moe_per_expert"));
+INSTANTIATE_TEST_SUITE_P(Llama3, HfGolden, ::testing::Values("llama/llama3_rope", "llama/tied"));
+
+TEST(Llama3Config, Llama3RopeScalingParses) {
+  const ModelConfig c = load_model_config(test::fixture("llama/llama3_rope"));
+  EXPECT_EQ(c.layers[0].rope.type, "llama3");
+  EXPECT_FLOAT_EQ(c.layers[0].rope.factor, 8.0f);
+  EXPECT_EQ(c.layers[0].rope.original_max_position, 64);
+}
 
 TEST(Qwen35Config, NestedAndFlatParse) {
   for (const char* n : {"flat_untied", "nested_tied"}) {
