@@ -43,6 +43,16 @@ struct DFlashSpec {
   float attention_value_scale = 1.0f;     // multiplies V (context and block)
   std::optional<float> backbone_rotary_base;  // RoPE base for context keys only
   bool has_explicit_target_layer_ids = false;
+  // Where the config came from (ECOSYSTEM §1.3): "z-lab" (dflash_config.target_layer_ids =
+  // layer outputs), "speculators" (DFlashSpeculator / DFlash2Speculator: top-level
+  // aux_hidden_state_layer_ids = z-lab ids + 1, transformer_layer_config, top-level
+  // mask_token_id / block_size), "eagle-aux" (eagle_aux_hidden_state_layer_ids, aux semantics).
+  std::string dialect = "z-lab";
+  std::string speculators_type;       // speculators_model_type ("dflash", "dflash2")
+  std::string verifier;               // speculators_config.verifier.name_or_path
+  int32_t draft_vocab_size = 0;       // > 0: the drafter's own reduced-vocabulary lm_head (d2t)
+  bool sample_from_anchor = false;    // DSpark-style: the anchor slot predicts the first draft
+  std::optional<bool> causal;         // dflash_config.causal / !sliding_window_non_causal
 };
 
 struct MoESpec {

@@ -191,3 +191,87 @@ TEST(Qwen35Rollback, WholeBlockNoOpAndKvOnlyTruncate) {
 
 }  // namespace
 }  // namespace dfl
+
+namespace dfl {
+namespace {
+
+// The published configs (tests/fixtures/configs, tools/ref/make_hybrid_configs.py): layer kinds,
+// recurrent state and KV sizes computed from the geometry by hand here.
+TEST(HybridConfigs, PublishedTargetsParseWithTheirStateSizes) {
+  struct Want {
+    const char* name;
+    int32_t layers, linear, hv;
+    int64_t conv_dim;
+  };
+  for (const Want& w : {Want{"Qwen3.5-4B", 32, 24, 32, 8192}, Want{"Qwen3.5-9B", 32, 24, 32, 8192},
+                        Want{"Qwen3.5-27B", 64, 48, 48, 10240}, Want{"Qwen3.5-35B-A3B", 40, 30, 32, 8192},
+                        Want{"Qwen3.6-27B", 64, 48, 48, 10240}, Want{"Qwen3.6-35B-A3B", 40, 30, 32, 8192},
+                        Want{"Qwen3.8-27B", 64, 48, 48, 10240}}) {
+    const ModelConfig c = load_model_config(test::fixture(std::string("configs/") + w.name));
+    EXPECT_EQ(c.family, Family::kQwen35) << w.name;
+    EXPECT_EQ(c.n_layers, w.layers);
+    EXPECT_EQ(n_recurrent_layers(c), w.linear) << w.name;
+    for (int32_t il = 0; il < c.n_layers; ++il)
+      EXPECT_EQ(c.layers[il].mixer, il % 4 == 3 ? MixerKind::kAttention : MixerKind::kGatedDeltaNet);
+    EXPECT_EQ(c.layers[3].rope.n_rot, 64);  // 0.25 × 256
+    EXPECT_FLOAT_EQ(c.layers[3].rope.theta, 1e7f);
+    const RecurrentSpec rs = recurrent_spec(c);
+    EXPECT_EQ(rs.conv_dim, w.conv_dim);
+    // per layer: Hv·128·128 + conv_dim·3 floats
+    const int64_t per_layer = (int64_t(w.hv) * 128 * 128 + w.conv_dim * 3) * 4;
+    EXPECT_EQ(recurrent_state_bytes(rs), w.linear * per_layer) << w.name;
+    // KV: only the full layers, fp32 K and V of nkv·256 each
+    const auto kv = kv_layout(c);
+    EXPECT_EQ(int32_t(kv.size()), w.layers - w.linear);
+    EXPECT_EQ(kv_bytes_per_sequence(kv, 1, 16),
+              int64_t(w.layers - w.linear) * 2 * c.layers[3].n_kv_heads * 256 * 4);
+  }
+  // TARGETS-SPEC §7: 27B state ≈ 151 MiB-class (48×48×128×128×4 + conv), bf16 KV 65,536 B/token.
+  const ModelConfig b = load_model_config(test::fixture("configs/Qwen3.5-27B"));
+  EXPECT_EQ(recurrent_state_bytes(recurrent_spec(b)), 156893184);
+  EXPECT_EQ(kv_bytes_per_sequence(kv_layout(b), 1, 16) / 2, 65536);
+  const ModelConfig m = load_model_config(test::fixture("configs/Qwen3.5-35B-A3B"));
+  ASSERT_TRUE(m.moe.has_value());
+  EXPECT_EQ(m.moe->n_routed_experts, 256);
+  EXPECT_EQ(m.moe->n_experts_per_tok, 8);
+  EXPECT_EQ(m.moe->scoring_func, "softmax");
+  EXPECT_EQ(m.moe->shared_intermediate_size, 512);
+  EXPECT_EQ(kv_bytes_per_sequence(kv_layout(m), 1, 16) / 2, 20480);
+}
+
+TEST(HybridConfigs, DrafterDialectsAndTaps) {
+  auto load = [](const char* n) { return load_model_config(test::fixture(std::string("configs/") + n)); };
+  const ModelConfig z = load("Qwen3.6-35B-A3B-DFlash");
+  EXPECT_EQ(z.dflash->dialect, "z-lab");
+  EXPECT_EQ(z.dflash->mask_token_id, 248077);  // past the tokenizer's 248077 entries: embedding row
+  EXPECT_EQ(z.dflash->target_layer_ids, (std::vector<int32_t>{1, 6, 11, 16, 22, 27, 32, 37}));
+  EXPECT_EQ(z.layers[0].attn, AttnKind::kSliding);
+  EXPECT_EQ(z.layers[0].window.left + 1, 4096);
+  EXPECT_EQ(z.layers[0].window.right, 0);  // causal
+  EXPECT_EQ(z.layers[5].attn, AttnKind::kFull);
+  const ModelConfig s = load("Qwen3.6-35B-A3B-speculator.dflash");
+  EXPECT_EQ(s.dflash->dialect, "speculators");
+  EXPECT_EQ(s.architecture, "DFlashSpeculator");
+  EXPECT_EQ(s.dflash->target_layer_ids, (std::vector<int32_t>{0, 9, 18, 27, 36}));  // aux − 1
+  EXPECT_EQ(s.dflash->mask_token_id, 248077);
+  EXPECT_EQ(s.dflash->draft_vocab_size, 32000);
+  EXPECT_EQ(s.dflash->verifier, "Qwen/Qwen3.6-35B-A3B");
+  EXPECT_EQ(s.dflash->causal, std::optional<bool>(true));  // sliding_window_non_causal: false
+  EXPECT_EQ(s.hidden_size, 2048);
+  EXPECT_EQ(s.n_layers, 5);
+  const ModelConfig e = load("eagle-aux-causal-drafter");
+  EXPECT_EQ(e.dflash->dialect, "eagle-aux");
+  EXPECT_EQ(e.dflash->target_layer_ids, (std::vector<int32_t>{1, 10, 19, 28, 37}));
+  EXPECT_EQ(e.dflash->causal, std::optional<bool>(true));
+  for (const char* n : {"Qwen3.5-9B-DFlash", "Qwen3.5-4B-DFlash", "Qwen3.5-27B-DFlash",
+                        "Qwen3.5-35B-A3B-DFlash", "Qwen3.6-27B-DFlash"}) {
+    const ModelConfig d = load(n);
+    EXPECT_EQ(d.dflash->mask_token_id, 248070) << n;
+    EXPECT_EQ(d.dflash->block_size, 16) << n;
+  }
+  EXPECT_EQ(load("Qwen3.5-9B-DFlash").dflash->target_layer_ids,
+            (std::vector<int32_t>{1, 8, 15, 22, 29}));
+}
+
+}  // namespace
+}  // namespace dfl

@@ -15,11 +15,56 @@ namespace {
 
 using namespace cfg;
 
-void parse_dflash(const nlohmann::json& root, ModelConfig& c, const ConfigOptions& opts) {
+bool is_speculators(const json& root) {
+  if (find_key(root, "speculators_model_type")) return true;
+  const json* a = find_key(root, "architectures");
+  if (!a || !a->is_array() || a->empty() || !(*a)[0].is_string()) return false;
+  const std::string s = (*a)[0].get<std::string>();
+  return s == "DFlashSpeculator" || s == "DFlash2Speculator";
+}
+
+// The speculators dialect as vLLM's update_dflash reads it: the model geometry is
+// transformer_layer_config; dflash_config gets mask_token_id, target_layer_ids = aux - 1,
+// causal = !sliding_window_non_causal (absent counts as true), sample_from_anchor.
+json speculators_to_zlab(const json& root, DFlashSpec& d) {
+  const json* tl = find_key(root, "transformer_layer_config");
+  DFL_CHECK(tl && tl->is_object(), "config: a speculators drafter needs transformer_layer_config");
+  json eff = *tl;
+  json dc = json::object();
+  if (const json* m = find_key(root, "mask_token_id")) dc["mask_token_id"] = *m;
+  if (const json* b = find_key(root, "block_size")) eff["block_size"] = *b;
+  const json* aux = find_key(root, "aux_hidden_state_layer_ids");
+  DFL_CHECK(aux && aux->is_array() && !aux->empty(),
+            "config: a speculators drafter needs aux_hidden_state_layer_ids");
+  json ids = json::array();
+  for (const auto& e : *aux) {
+    const int64_t a = as_int(e, "aux_hidden_state_layer_ids");
+    DFL_CHECK(a >= 1, "config: aux_hidden_state_layer_ids entry ", a,
+              " must be >= 1 (aux 0 is the embedding, no DFlash tap)");
+    ids.push_back(a - 1);
+  }
+  dc["target_layer_ids"] = ids;
+  const bool non_causal = opt_bool(root, "sliding_window_non_causal").value_or(true);
+  dc["causal"] = !non_causal;
+  d.sample_from_anchor = opt_bool(root, "sample_from_anchor").value_or(false);
+  d.draft_vocab_size = static_cast<int32_t>(opt_int(root, "draft_vocab_size").value_or(0));
+  d.speculators_type = opt_str(root, "speculators_model_type").value_or("");
+  if (const json* sc = find_key(root, "speculators_config"))
+    if (const json* v = find_key(*sc, "verifier"))
+      d.verifier = opt_str(*v, "name_or_path").value_or(opt_str(*v, "name").value_or(""));
+  d.dialect = "speculators";
+  eff["dflash_config"] = dc;
+  if (!find_key(eff, "vocab_size"))
+    if (const json* v = find_key(root, "vocab_size")) eff["vocab_size"] = *v;
+  return eff;
+}
+
+void parse_dflash(const nlohmann::json& raw, ModelConfig& c, const ConfigOptions& opts) {
   c.family = Family::kDFlashDraft;
+  DFlashSpec d;
+  const json root = is_speculators(raw) ? speculators_to_zlab(raw, d) : raw;
   parse_common(root, c);
   const LayerSpec proto = base_layer(root, c);
-  DFlashSpec d;
   if (const json* v = dflash_key(root, "block_size")) d.block_size = static_cast<int32_t>(as_int(*v, "block_size"));
   DFL_CHECK(d.block_size >= 2 && d.block_size <= 256, "config: block_size must be in [2, 256], got ",
             d.block_size);
@@ -30,7 +75,20 @@ void parse_dflash(const nlohmann::json& root, ModelConfig& c, const ConfigOption
             " is out of range for vocab_size ", c.vocab_size);
   d.mask_token_id = static_cast<int32_t>(mask);
   d.num_target_layers = static_cast<int32_t>(opt_int(root, "num_target_layers").value_or(0));
-  if (const json* ids = dflash_key(root, "target_layer_ids")) {
+  if (const json* eg = find_key(root, "eagle_aux_hidden_state_layer_ids");
+      eg && d.dialect == "z-lab") {
+    // vLLM's first choice: aux-index semantics as-is (aux i = output of layer i - 1).
+    DFL_CHECK(eg->is_array() && !eg->empty(),
+              "config: eagle_aux_hidden_state_layer_ids must be a non-empty list");
+    for (const auto& e : *eg) {
+      const int64_t a = as_int(e, "eagle_aux_hidden_state_layer_ids");
+      DFL_CHECK(a >= 1 && a < 100000, "config: eagle_aux_hidden_state_layer_ids entry ", a,
+                " is out of range (>= 1: aux 0 is the embedding)");
+      d.target_layer_ids.push_back(static_cast<int32_t>(a - 1));
+    }
+    d.has_explicit_target_layer_ids = true;
+    d.dialect = "eagle-aux";
+  } else if (const json* ids = dflash_key(root, "target_layer_ids")) {
     DFL_CHECK(ids->is_array() && !ids->empty(), "config: target_layer_ids must be a non-empty list");
     for (const auto& e : *ids) {
       const int64_t t = as_int(e, "target_layer_ids");
@@ -76,6 +134,8 @@ void parse_dflash(const nlohmann::json& root, ModelConfig& c, const ConfigOption
   a.sliding_window = window_key(opt_int(root, "sliding_window"));
   a.is_causal = opt_bool(root, "is_causal");
   a.dflash_causal = opt_bool(dcfg, "causal");
+  if (!a.dflash_causal) a.dflash_causal = opt_bool(root, "causal");  // Laguna: top-level causal
+  d.causal = a.dflash_causal;
   bool sinks = false;
   if (auto s = opt_bool(dcfg, "attention_sink_bias")) sinks = *s;
   else if (auto s2 = opt_bool(root, "add_swa_attention_sink_bias")) sinks = *s2;
@@ -92,12 +152,14 @@ void parse_dflash(const nlohmann::json& root, ModelConfig& c, const ConfigOption
 }
 
 bool claims_dflash(const nlohmann::json& root) {
-  return root.is_object() && root.contains("dflash_config");
+  return root.is_object() && (root.contains("dflash_config") || is_speculators(root));
 }
 
 }  // namespace
 
-const FamilyEntry kDFlashDraftFamily = {Family::kDFlashDraft, {"DFlashDraftModel"}, {}, claims_dflash,
+const FamilyEntry kDFlashDraftFamily = {Family::kDFlashDraft,
+                                        {"DFlashDraftModel", "DFlashSpeculator", "DFlash2Speculator"},
+                                        {}, claims_dflash,
                                         parse_dflash, nullptr};
 
 std::string mask_embedding_file(const std::string& dir) {
@@ -114,6 +176,10 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
   const DFlashSpec& d = *cfg_.dflash;
   const int32_t H = cfg_.hidden_size, Ht = tc.hidden_size, K = int32_t(d.target_layer_ids.size());
   DFL_CHECK(H == Ht, "drafter hidden_size ", H, " does not match the target's ", Ht);
+  DFL_CHECK(d.draft_vocab_size == 0 || d.draft_vocab_size == tc.vocab_size, "'", dir,
+            "': a drafter with its own reduced-vocabulary lm_head (draft_vocab_size ",
+            d.draft_vocab_size, ", d2t/t2d maps) is not supported yet");
+  DFL_CHECK(!d.sample_from_anchor, "'", dir, "': sample_from_anchor drafters are not supported yet");
   DFL_CHECK(cfg_.vocab_size == tc.vocab_size || d.mask_token_id < tc.vocab_size,
             "drafter mask_token_id ", d.mask_token_id, " is outside the target vocabulary");
   for (int32_t t : d.target_layer_ids) {
