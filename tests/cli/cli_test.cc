@@ -188,7 +188,7 @@ TEST(Cli, ImpossibleConfigsAreRefused) {
   c["dflash_config"]["mask_token_id"] = 100000;
   expect_error(inspect_with(c), "mask_token_id");
   c = base;
-  c["architectures"] = {"LlamaForCausalLM"};
+  c["architectures"] = {"GPTNeoXForCausalLM"};
   c.erase("dflash_config");
   expect_error(inspect_with(c), "unknown architecture");
 }
