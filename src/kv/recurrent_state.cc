@@ -40,9 +40,18 @@ void RecurrentState::zero(int32_t seq, int32_t which) {
   std::fill_n(buf(seq, 0, which), size_t(spec_.n_layers) * layer_floats_, 0.0f);
 }
 
+// A forward that threw (e.g. a token id out of range) never committed: the current buffer still
+// holds the state at `length`, but the rollback window of the previous forward is gone.
+void RecurrentState::drop_unfinished(Seq& s) {
+  if (!s.in_forward) return;
+  s.in_forward = false;
+  s.last_pos0 = s.length;
+  s.last_n = 0;
+}
+
 void RecurrentState::begin_forward(int32_t seq, int32_t pos0, int32_t n) {
   Seq& s = seqs_[seq];
-  DFL_ASSERT(!s.in_forward);
+  drop_unfinished(s);
   if (pos0 == 0) {
     s.length = 0;
     zero(seq, s.cur);
@@ -62,10 +71,10 @@ void RecurrentState::end_forward(int32_t seq) {
   s.length = s.last_pos0 + s.last_n;
 }
 
-int32_t RecurrentState::start_rollback(int32_t seq, int32_t m) {
+void RecurrentState::check_rollback(int32_t seq, int32_t m) {
   Seq& s = seqs_[seq];
-  DFL_ASSERT(!s.in_forward);
-  if (m == s.length) return -1;
+  drop_unfinished(s);
+  if (m == s.length) return;
   DFL_CHECK(m >= s.last_pos0 && m <= s.length, "recurrent state of slot ", seq,
             ": cannot roll back to ", m, " (the last forward covered [", s.last_pos0, ", ",
             s.length, "))");
@@ -73,7 +82,12 @@ int32_t RecurrentState::start_rollback(int32_t seq, int32_t m) {
   DFL_CHECK(k == 0 || s.last_n <= max_block_, "recurrent state of slot ", seq,
             ": a forward of ", s.last_n, " tokens (> max_block ", max_block_,
             ") can only be rolled back whole");
-  return k;
+}
+
+int32_t RecurrentState::start_rollback(int32_t seq, int32_t m) {
+  check_rollback(seq, m);
+  const Seq& s = seqs_[seq];
+  return m == s.length ? -1 : m - s.last_pos0;
 }
 
 void RecurrentState::finish_rollback(int32_t seq, int32_t m) {

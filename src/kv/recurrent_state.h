@@ -76,6 +76,8 @@ class RecurrentState {
   //   m must lie in [last pos0, length]; a partial rollback of a forward that kept no rows is
   //   a programming error (dfl::Error).
   int32_t start_rollback(int32_t seq, int32_t m);
+  // Throws dfl::Error when start_rollback(seq, m) would (changes nothing).
+  void check_rollback(int32_t seq, int32_t m);
   float* pre_conv(int32_t seq, int32_t l) { return buf(seq, l, 1 - cur(seq)); }
   float* pre_ssm(int32_t seq, int32_t l) { return buf(seq, l, 1 - cur(seq)) + spec_.conv_floats(); }
   void finish_rollback(int32_t seq, int32_t m);
@@ -89,6 +91,7 @@ class RecurrentState {
     int32_t last_pos0 = 0, last_n = 0;  // the last forward (rollback window)
     bool in_forward = false;
   };
+  static void drop_unfinished(Seq& s);
   int32_t cur(int32_t seq) const { return seqs_[seq].cur; }
   float* buf(int32_t seq, int32_t l, int32_t which) const;
   void zero(int32_t seq, int32_t which);

@@ -53,6 +53,7 @@ void DecoderLM::rollback_recurrent(int32_t seq, int32_t n) {
 }
 
 void DecoderLM::rollback(int32_t seq, int32_t n) {
+  if (rec_) rec_->check_rollback(seq, n);  // refuse before any kind has changed
   kv_->truncate(seq, n);
   if (rec_) rollback_recurrent(seq, n);
 }

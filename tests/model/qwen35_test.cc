@@ -187,6 +187,15 @@ TEST(Qwen35Rollback, WholeBlockNoOpAndKvOnlyTruncate) {
   EXPECT_EQ(a.logits, b.logits);
   // A partial rollback outside the last forward is refused.
   EXPECT_THROW(m->rollback(0, 4), Error);
+  // A forward that throws (token id out of range) leaves the committed state usable.
+  const auto before = states_of(*m, 0);
+  const int32_t len = m->kv().length(0);
+  EXPECT_THROW(fwd(*m, 0, {1, 100000}, LogitsMode::kLast), Error);
+  m->rollback(0, len);
+  EXPECT_EQ(states_of(*m, 0), before);
+  const ForwardOut c = fwd(*m, 0, {4}, LogitsMode::kLast);
+  const ForwardOut d = fwd(*m, 1, {4}, LogitsMode::kLast);
+  EXPECT_EQ(c.logits, d.logits);
 }
 
 }  // namespace
