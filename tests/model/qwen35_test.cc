@@ -265,9 +265,34 @@ TEST(HybridConfigs, DrafterDialectsAndTaps) {
   EXPECT_EQ(s.dflash->mask_token_id, 248077);
   EXPECT_EQ(s.dflash->draft_vocab_size, 32000);
   EXPECT_EQ(s.dflash->verifier, "Qwen/Qwen3.6-35B-A3B");
-  EXPECT_EQ(s.dflash->causal, std::optional<bool>(true));  // sliding_window_non_causal: false
+  // sliding_window_non_causal false: sliding layers causal, full layers bidirectional (the
+  // speculators reference mask); this drafter has full layers only.
+  EXPECT_FALSE(s.dflash->causal.has_value());
+  EXPECT_EQ(s.layers[0].window.right, -1);
   EXPECT_EQ(s.hidden_size, 2048);
   EXPECT_EQ(s.n_layers, 5);
+  // to_diff_dict(): keys at the Qwen3Config defaults are absent and take those defaults.
+  {
+    nlohmann::json j = test::read_json(test::fixture("configs/Qwen3.6-35B-A3B-speculator.dflash/config.json"));
+    j["transformer_layer_config"].erase("num_key_value_heads");
+    j["transformer_layer_config"].erase("max_position_embeddings");
+    j["transformer_layer_config"]["layer_types"] = {"sliding_attention", "full_attention"};
+    j["transformer_layer_config"]["num_hidden_layers"] = 2;
+    j["transformer_layer_config"]["sliding_window"] = 64;
+    j["transformer_layer_config"]["use_sliding_window"] = true;
+    j["transformer_layer_config"]["max_window_layers"] = 2;
+    j.erase("block_size");
+    const ModelConfig t = parse_model_config(j.dump());
+    EXPECT_EQ(t.layers[0].n_kv_heads, 32);
+    EXPECT_EQ(t.max_position_embeddings, 32768);
+    EXPECT_EQ(t.dflash->block_size, 8);
+    EXPECT_EQ(t.layers[0].attn, AttnKind::kSliding);
+    EXPECT_EQ(t.layers[0].window.right, 0);   // sliding: causal
+    EXPECT_EQ(t.layers[1].window.right, -1);  // full: bidirectional
+    j["sliding_window_non_causal"] = true;
+    const ModelConfig u = parse_model_config(j.dump());
+    EXPECT_NE(u.layers[0].window.right, 0);   // sliding, non-causal
+  }
   const ModelConfig e = load("eagle-aux-causal-drafter");
   EXPECT_EQ(e.dflash->dialect, "eagle-aux");
   EXPECT_EQ(e.dflash->target_layer_ids, (std::vector<int32_t>{1, 10, 19, 28, 37}));

@@ -23,16 +23,27 @@ bool is_speculators(const json& root) {
   return s == "DFlashSpeculator" || s == "DFlash2Speculator";
 }
 
-// The speculators dialect as vLLM's update_dflash reads it: the model geometry is
-// transformer_layer_config; dflash_config gets mask_token_id, target_layer_ids = aux - 1,
-// causal = !sliding_window_non_causal (absent counts as true), sample_from_anchor.
+// The speculators dialect (vllm-project/speculators 0.9 `DFlashSpeculatorConfig`, the reference):
+// the geometry is transformer_layer_config, saved with to_diff_dict() — keys equal to the
+// Qwen3Config defaults are absent and are filled in here; target layer ids = aux − 1;
+// mask_token_id / block_size (default 8) / draft_vocab_size (default 32000) at the top level.
+// Causality as the reference's mask: full-attention layers are always bidirectional, sliding
+// layers causal unless sliding_window_non_causal (default false). (vLLM's update_dflash instead
+// maps causal = !sliding_window_non_causal onto every layer and reads an absent key as true.)
 json speculators_to_zlab(const json& root, DFlashSpec& d) {
   const json* tl = find_key(root, "transformer_layer_config");
   DFL_CHECK(tl && tl->is_object(), "config: a speculators drafter needs transformer_layer_config");
-  json eff = *tl;
+  const std::string mt = opt_str(*tl, "model_type").value_or("qwen3");
+  DFL_CHECK(mt == "qwen3", "config: speculators transformer_layer_config model_type '", mt,
+            "' is not supported (qwen3)");
+  json eff = {{"vocab_size", 151936}, {"hidden_size", 4096}, {"intermediate_size", 22016},
+              {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 32},
+              {"head_dim", 128}, {"max_position_embeddings", 32768}, {"rms_norm_eps", 1e-6},
+              {"tie_word_embeddings", false}, {"hidden_act", "silu"}, {"rope_theta", 10000.0}};
+  for (auto it = tl->begin(); it != tl->end(); ++it) eff[it.key()] = it.value();
   json dc = json::object();
   if (const json* m = find_key(root, "mask_token_id")) dc["mask_token_id"] = *m;
-  if (const json* b = find_key(root, "block_size")) eff["block_size"] = *b;
+  eff["block_size"] = opt_int(root, "block_size").value_or(8);
   const json* aux = find_key(root, "aux_hidden_state_layer_ids");
   DFL_CHECK(aux && aux->is_array() && !aux->empty(),
             "config: a speculators drafter needs aux_hidden_state_layer_ids");
@@ -44,18 +55,17 @@ json speculators_to_zlab(const json& root, DFlashSpec& d) {
     ids.push_back(a - 1);
   }
   dc["target_layer_ids"] = ids;
-  const bool non_causal = opt_bool(root, "sliding_window_non_causal").value_or(true);
-  dc["causal"] = !non_causal;
+  // Sliding layers are causal by the resolver's default rule and full layers bidirectional;
+  // non-causal sliding layers are everything non-causal.
+  if (opt_bool(root, "sliding_window_non_causal").value_or(false)) dc["causal"] = false;
   d.sample_from_anchor = opt_bool(root, "sample_from_anchor").value_or(false);
-  d.draft_vocab_size = static_cast<int32_t>(opt_int(root, "draft_vocab_size").value_or(0));
+  d.draft_vocab_size = static_cast<int32_t>(opt_int(root, "draft_vocab_size").value_or(32000));
   d.speculators_type = opt_str(root, "speculators_model_type").value_or("");
   if (const json* sc = find_key(root, "speculators_config"))
     if (const json* v = find_key(*sc, "verifier"))
       d.verifier = opt_str(*v, "name_or_path").value_or(opt_str(*v, "name").value_or(""));
   d.dialect = "speculators";
   eff["dflash_config"] = dc;
-  if (!find_key(eff, "vocab_size"))
-    if (const json* v = find_key(root, "vocab_size")) eff["vocab_size"] = *v;
   return eff;
 }
 
