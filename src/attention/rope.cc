@@ -26,7 +26,20 @@ RopeTable::RopeTable(const RopeSpec& s, float theta_override) : n_rot_(s.n_rot) 
   const std::vector<float> pf = pos_freqs(base, dim);
   inv_freq_.resize(pf.size());
   for (size_t i = 0; i < pf.size(); ++i) inv_freq_[i] = 1.0f / pf[i];
-  if (s.type == "linear") {
+  if (s.type == "llama3") {
+    // HF _compute_llama3_parameters: long wavelengths divided by factor, short kept, a smooth
+    // blend between (fp32 like torch).
+    const float old_ctx = float(s.original_max_position);
+    const float low_wl = old_ctx / s.low_freq_factor, high_wl = old_ctx / s.high_freq_factor;
+    for (auto& f : inv_freq_) {
+      const float wl = 2.0f * float(M_PI) / f;
+      float llama = wl > low_wl ? f / s.factor : f;
+      const float smooth = (old_ctx / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      const float smoothed = (1.0f - smooth) * llama / s.factor + smooth * llama;
+      if (!(wl < high_wl) && !(wl > low_wl)) llama = smoothed;
+      f = llama;
+    }
+  } else if (s.type == "linear") {
     for (auto& f : inv_freq_) f /= s.factor;
   } else if (s.type == "yarn") {
     const double factor = s.factor;

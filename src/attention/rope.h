@@ -1,4 +1,4 @@
-// RoPE frequency tables (default, linear, YaRN — same formulas as HF transformers'
+// RoPE frequency tables (default, linear, YaRN, llama3 — same formulas as HF transformers'
 // modeling_rope_utils) and cos/sin for a list of positions.
 #pragma once
 
@@ -14,9 +14,10 @@ namespace dfl {
 struct RopeSpec {
   float theta = 10000.0f;
   int32_t n_rot = 0;                 // rotated dims per head (int(head_dim × partial_rotary_factor))
-  std::string type = "default";      // "default" | "yarn" | "linear"
-  float factor = 1.0f;               // yarn / linear scaling factor
-  int32_t original_max_position = 0; // yarn
+  std::string type = "default";      // "default" | "yarn" | "linear" | "llama3"
+  float factor = 1.0f;               // yarn / linear / llama3 scaling factor
+  int32_t original_max_position = 0; // yarn, llama3
+  float low_freq_factor = 1.0f, high_freq_factor = 4.0f;  // llama3
   float beta_fast = 32.0f, beta_slow = 1.0f;
   std::optional<float> attention_factor, mscale, mscale_all_dim;
   bool truncate = true;

@@ -138,7 +138,7 @@ int32_t Scheduler::waiting() const { return int32_t(waiting_.size()); }
 
 void Scheduler::release_slot(Seq* s) {
   if (s->slot < 0) return;
-  target_.kv().clear(s->slot);
+  target_.release(s->slot);
   if (proposer_) proposer_->reset(s->slot);
   free_slots_.push_back(s->slot);
   s->slot = -1;
@@ -466,7 +466,7 @@ bool Scheduler::step() {
       if (s->policy) s->policy->observe(nd, vr.n_accepted);
     }
     // Keep anchor + accepted drafts in the target KV; their taps go to the proposer next step.
-    target_.kv().truncate(s->slot, s0 + vr.n_accepted + 1);
+    target_.rollback(s->slot, s0 + vr.n_accepted + 1);
     s->computed = s0 + vr.n_accepted + 1;
     keep_taps(vr.n_accepted + 1, s0);
     std::vector<int32_t>& commit = s->seg_tokens;  // reuse: accepted drafts + the target's token

@@ -13,8 +13,9 @@
 //                    query of that block (or of a later step after rollback) can still see:
 //                    query q needs keys ≥ q − window + 1, and the oldest key a block can overwrite
 //                    is < its first position − window.
-// (A recurrent kind — Gated DeltaNet's per-sequence state with per-position snapshots — is the
-// third kind this interface is shaped for: ensure / truncate / clear per sequence.)
+// The third kind, Gated DeltaNet's recurrent state, lives beside the pool in
+// kv/recurrent_state.h (two buffers per slot + replay rows; rolled back by replay, not snapshots);
+// CausalLM::rollback / release (model/model.h) apply truncate / clear to every kind at once.
 //
 // Layout of one slot: K [n_kv_heads, d_k], V [n_kv_heads, d_v] in fp32, and the absolute position
 // it holds (kEmptySlot when empty). Attention reads a sequence's slots through view(), in

@@ -21,7 +21,8 @@ AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks) {
 }
 
 DecoderLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const LayerSpec& s,
-                              int32_t H, int32_t I, const LoadOptions& opts, ThreadPool* pool) {
+                              int32_t H, int32_t I, const LoadOptions& opts, ThreadPool* pool,
+                              bool qk_norm) {
   DecoderLayer l;
   AttnWeights& a = l.attn;
   a.norm = load_vector(ck, p + "input_layernorm.weight", H);
@@ -29,8 +30,10 @@ DecoderLayer load_dense_layer(const Checkpoint& ck, const std::string& p, const 
   a.k = load_linear(ck, p + "self_attn.k_proj.weight", int64_t(s.n_kv_heads) * s.head_dim, H);
   a.v = load_linear(ck, p + "self_attn.v_proj.weight", int64_t(s.n_kv_heads) * s.v_head_dim, H);
   a.o = load_linear(ck, p + "self_attn.o_proj.weight", H, int64_t(s.n_heads) * s.v_head_dim);
-  a.q_norm = load_vector(ck, p + "self_attn.q_norm.weight", s.head_dim);
-  a.k_norm = load_vector(ck, p + "self_attn.k_norm.weight", s.head_dim);
+  if (qk_norm) {
+    a.q_norm = load_vector(ck, p + "self_attn.q_norm.weight", s.head_dim);
+    a.k_norm = load_vector(ck, p + "self_attn.k_norm.weight", s.head_dim);
+  }
   if (s.sinks) a.sinks = load_vector(ck, p + "self_attn.attention_sink_bias", s.n_heads);
   FfnWeights& f = l.ffn;
   f.norm = load_vector(ck, p + "post_attention_layernorm.weight", H);
@@ -45,10 +48,13 @@ void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool) {
   std::vector<WeightMatrix*> ms;
   AttnWeights& a = l.attn;
   for (WeightMatrix* m : {&a.q, &a.k, &a.v, &a.qkv, &a.o}) ms.push_back(m);
+  GdnWeights& d = l.gdn;
+  for (WeightMatrix* m : {&d.in_qkv, &d.in_z, &d.in_a, &d.in_b, &d.out}) ms.push_back(m);
   FfnWeights& f = l.ffn;
   if (f.kind == FfnKind::kMoE) {
     for (auto* v : {&f.moe.gate, &f.moe.up, &f.moe.down})
       for (auto& m : *v) ms.push_back(&m);
+    for (WeightMatrix* m : {&f.sh_gate, &f.sh_up, &f.sh_down}) ms.push_back(m);
   } else {
     for (WeightMatrix* m : {&f.gate, &f.up, &f.down}) ms.push_back(m);
   }
@@ -61,11 +67,15 @@ void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool) {
 
 int64_t DecoderLayer::matrix_bytes(const ModelConfig& cfg) const {
   int64_t b = 0;
-  for (const WeightMatrix* m : {&attn.q, &attn.k, &attn.v, &attn.qkv, &attn.o})
+  for (const WeightMatrix* m : {&attn.q, &attn.k, &attn.v, &attn.qkv, &attn.o, &gdn.in_qkv,
+                                &gdn.in_z, &gdn.in_a, &gdn.in_b, &gdn.out})
     if (m->data) b += weight_bytes(*m);
-  if (ffn.kind == FfnKind::kMoE)
+  if (ffn.kind == FfnKind::kMoE) {
     b += weight_bytes(ffn.moe.router) + int64_t(cfg.moe ? cfg.moe->n_experts_per_tok : 0) *
                                             ffn.moe.expert_bytes();
+    for (const WeightMatrix* m : {&ffn.sh_gate, &ffn.sh_up, &ffn.sh_down})
+      if (m->data) b += weight_bytes(*m);
+  }
   else
     b += weight_bytes(ffn.gate) + weight_bytes(ffn.up) + weight_bytes(ffn.down);
   return b;
@@ -125,6 +135,19 @@ void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32
         std::copy_n(p + w.q_s + w.k_s, w.v_s, v_out + size_t(r) * nv + j * w.v_s);
       }
     }
+  } else if (w.out_gate) {
+    const int64_t hd = s.head_dim;
+    float* t = Scratch::ensure(sc.t, size_t(n) * 2 * nq);
+    float* gate = Scratch::ensure(sc.gate, size_t(n) * nq);
+    ops::matmul(a, n, w.q, t, pool);  // [n, nh·(hd | hd)]
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t h = 0; h < s.n_heads; ++h) {
+        const float* src = t + size_t(r) * 2 * nq + h * 2 * hd;
+        if (q_out) std::copy_n(src, hd, q_out + size_t(r) * nq + h * hd);
+        std::copy_n(src + hd, hd, gate + size_t(r) * nq + h * hd);
+      }
+    ops::matmul(a, n, w.k, k_out, pool);
+    ops::matmul(a, n, w.v, v_out, pool);
   } else {
     if (q_out) ops::matmul(a, n, w.q, q_out, pool);  // [n, nh·hd]
     ops::matmul(a, n, w.k, k_out, pool);              // [n, nkv·hd]
@@ -161,6 +184,10 @@ void attention_sublayer(const AttnWeights& w, const LayerSpec& s, float* x, cons
     ops::attention(q + size_t(g.row0) * nq, plan.positions() + g.row0, g.n, view, w.params,
                    o + size_t(g.row0) * no, pool);
   }
+  if (w.out_gate) {  // o ⊙ σ(gate), before the output projection (v_head_dim == head_dim)
+    const float* gate = sc.gate.data();
+    for (int64_t i = 0, e = int64_t(R) * no; i < e; ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+  }
   ops::matmul(o, R, w.o, a, pool);  // [R, H]
   if (!w.post_norm.empty()) ops::rms_norm(a, w.post_norm.data(), R, H, eps, a, &pool);
   ops::add_inplace(x, a, int64_t(R) * H, &pool);
@@ -175,6 +202,25 @@ void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t
   ops::rms_norm(x, w.norm.data(), R, H, eps, a, &pool);
   if (w.kind == FfnKind::kMoE) {
     moe_forward(w.moe, *cfg.moe, a, R, H, y, sc.moe, pool);
+    if (w.sh_gate.data) {
+      const int64_t I = w.sh_gate.n_out;
+      float* g = Scratch::ensure(sc.g, size_t(R) * I);
+      float* u = Scratch::ensure(sc.u, size_t(R) * I);
+      float* t = Scratch::ensure(sc.t, size_t(R) * H);
+      ops::matmul(a, R, w.sh_gate, g, pool);
+      ops::matmul(a, R, w.sh_up, u, pool);
+      ops::silu_mul(g, u, int64_t(R) * I, g, &pool);
+      ops::matmul(g, R, w.sh_down, t, pool);  // [R, H]
+      for (int32_t r = 0; r < R; ++r) {
+        const float* ar = a + size_t(r) * H;
+        float dot = 0.0f;
+        for (int32_t c = 0; c < H; ++c) dot += ar[c] * w.sh_gate_w[c];
+        const float sg = 1.0f / (1.0f + std::exp(-dot));
+        float* yr = y + size_t(r) * H;
+        const float* tr = t + size_t(r) * H;
+        for (int32_t c = 0; c < H; ++c) yr[c] += sg * tr[c];
+      }
+    }
   } else {  // gated: act(gate(a)) ⊙ up(a) → down
     const int64_t I = w.gate.n_out;
     float* g = Scratch::ensure(sc.g, size_t(R) * I);

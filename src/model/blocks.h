@@ -1,11 +1,16 @@
 // The decoder's building blocks, shared by every family (Qwen3, MiMo-V2, the DFlash drafter;
 // Gemma and the hybrids next): an attention sublayer and an FFN sublayer over the rows of a
 // batched forward, each a sequence of small steps whose presence the weights decide:
-//   attention:  norm → QKV projection (split, or fused in T shards of [Q_s; K_s; V_s]) →
-//               optional per-head q/k RMSNorm → RoPE (tables from the step plan) → value scale →
-//               per segment: K/V into the pool + attention over the segment's KV view →
-//               output projection → optional post norm → residual add
-//   ffn:        norm → SwiGLU | GeGLU | MoE → optional post norm → residual add
+//   attention:  norm → QKV projection (split, or fused in T shards of [Q_s; K_s; V_s]; with an
+//               output gate the q rows of each head are [query | gate]) → optional per-head
+//               q/k RMSNorm → RoPE on the leading n_rot dims (tables from the step plan) →
+//               value scale → per segment: K/V into the pool + attention over the segment's KV
+//               view → optional output gate o ⊙ σ(gate) → output projection → optional post
+//               norm → residual add
+//   (norm weights are effective weights: zero-centred (1+w) norms are folded at load time,
+//   model/weights.h load_norm; the other token mixer, Gated DeltaNet, is model/gdn.h)
+//   ffn:        norm → SwiGLU | GeGLU | MoE (+ optional gated shared expert) → optional post norm →
+//               residual add
 #pragma once
 
 #include <string>
@@ -18,6 +23,7 @@
 #include "kv/kv_pool.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/gdn.h"
 #include "model/moe.h"
 #include "model/weights.h"
 
@@ -36,6 +42,7 @@ struct AttnWeights {
   AttnParams params;                  // from attn_params(): the layer's resolved window
   int32_t rope = 0;                   // the model's RoPE table index (StepPlan::cos/sin)
   float value_scale = 1.0f;           // V multiplied before it is cached
+  bool out_gate = false;              // q projection [nh·2·hd, H]: per head [query | gate]
 };
 
 enum class FfnKind : uint8_t { kSwiGLU, kGeGLU, kMoE };  // GeGLU: gelu_tanh(gate) ⊙ up
@@ -46,10 +53,15 @@ struct FfnWeights {
   std::vector<float> post_norm;  // [H] or empty
   WeightMatrix gate, up, down;   // SwiGLU: [I, H], [I, H], [H, I]
   MoEWeights moe;                // kMoE
+  // kMoE with a shared expert (Qwen3.5-MoE): y += σ(h·w_sg) · SwiGLU_shared(h)
+  WeightMatrix sh_gate, sh_up, sh_down;  // [Is, H], [Is, H], [H, Is]
+  std::vector<float> sh_gate_w;          // [H] shared_expert_gate
 };
 
 struct DecoderLayer {
+  MixerKind mixer = MixerKind::kAttention;  // which of attn / gdn runs (decoder.cc dispatches)
   AttnWeights attn;
+  GdnWeights gdn;
   FfnWeights ffn;
   OwnedWeights owned;            // load-time copies (LoadOptions.weights_format)
   int64_t matrix_bytes(const ModelConfig& cfg) const;  // bytes one decode step reads
@@ -62,9 +74,10 @@ AttnParams attn_params(const LayerSpec& s, const std::vector<float>& sinks);
 // Qwen3-style layer from "<prefix>input_layernorm.weight", "<prefix>self_attn.{q,k,v,o}_proj",
 // q_norm/k_norm, optional attention_sink_bias, "<prefix>post_attention_layernorm.weight" and a
 // SwiGLU "<prefix>mlp.{gate,up,down}_proj". Matrices get the load-time format of `opts`.
+// qk_norm = false: no q_norm/k_norm tensors (Llama).
 DecoderLayer load_dense_layer(const Checkpoint& ck, const std::string& prefix, const LayerSpec& spec,
                               int32_t hidden, int32_t intermediate, const LoadOptions& opts,
-                              ThreadPool* pool);
+                              ThreadPool* pool, bool qk_norm = true);
 
 // Applies the load-time format of `opts` to every matrix of the layer (experts included).
 void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool);
@@ -99,9 +112,10 @@ void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
 //   a [R, H] normed input / sublayer output   q [R, nh·hd]   k [R, nkv·hd]   v [R, nkv·vd]
 //   o [R, nh·vd] attention output   t [R, fused qkv width]   g, u [R, I] FFN   y [R, H] FFN out
 struct Scratch {
-  std::vector<float> a, q, k, v, o, t, g, u, y;
+  std::vector<float> a, q, k, v, o, t, g, u, y, gate;
   KvViewScratch view;
   MoEScratch moe;
+  GdnScratch gdn;
   template <typename T>
   static T* ensure(std::vector<T>& b, size_t n) {
     if (b.size() < n) b.resize(n);
@@ -110,7 +124,8 @@ struct Scratch {
 };
 
 // K and V of rows `a` [R, H] (already normed) for layer spec `s`: k [R, nkv·hd] (k-normed,
-// RoPE'd with cos/sin [R, n_rot/2]), v [R, nkv·vd] × value_scale; q [R, nh·hd] too when q_out.
+// RoPE'd with cos/sin [R, n_rot/2]), v [R, nkv·vd] × value_scale; q [R, nh·hd] too when q_out
+// (with w.out_gate, the gate [R, nh·hd] goes to sc.gate).
 void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32_t rows,
                  const float* cos, const float* sin, float eps, float* q_out, float* k_out,
                  float* v_out, Scratch& sc, ThreadPool& pool);

@@ -25,6 +25,8 @@ const char* family_name(Family f) {
     case Family::kDFlashDraft: return "dflash_draft";
     case Family::kMiMoV2: return "mimo_v2";
     case Family::kGemma3: return "gemma3";
+    case Family::kQwen35: return "qwen3_5";
+    case Family::kLlama: return "llama";
   }
   return "?";
 }
@@ -113,7 +115,7 @@ RopeSpec parse_rope(const json& root, int32_t head_dim) {
   const json* s = scaling ? scaling : params;
   if (s) {
     std::string type = opt_str(*s, "rope_type").value_or(opt_str(*s, "type").value_or("default"));
-    if (type == "yarn" || type == "linear") {
+    if (type == "yarn" || type == "linear" || type == "llama3") {
       r.type = type;
       r.factor = static_cast<float>(opt_num(*s, "factor").value_or(1.0));
       DFL_CHECK(r.factor >= 1.0f, "config: rope scaling factor must be >= 1");
@@ -126,12 +128,18 @@ RopeSpec parse_rope(const json& root, int32_t head_dim) {
       if (auto v = opt_num(*s, "mscale")) r.mscale = static_cast<float>(*v);
       if (auto v = opt_num(*s, "mscale_all_dim")) r.mscale_all_dim = static_cast<float>(*v);
       if (auto v = opt_bool(*s, "truncate")) r.truncate = *v;
+      if (auto v = opt_num(*s, "low_freq_factor")) r.low_freq_factor = static_cast<float>(*v);
+      if (auto v = opt_num(*s, "high_freq_factor")) r.high_freq_factor = static_cast<float>(*v);
+      if (type == "llama3")
+        DFL_CHECK(r.original_max_position > 0 && r.high_freq_factor > r.low_freq_factor,
+                  "config: llama3 rope scaling needs original_max_position_embeddings and "
+                  "high_freq_factor > low_freq_factor");
       if (type == "yarn")
         DFL_CHECK(r.original_max_position > 0,
                   "config: yarn rope scaling needs original_max_position_embeddings");
     } else {
       DFL_CHECK(type == "default", "config: unsupported rope type '", type,
-                "' (supported: default, linear, yarn)");
+                "' (supported: default, linear, yarn, llama3)");
     }
   }
   return r;

@@ -12,10 +12,16 @@
 
 namespace dfl {
 
-enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2, kGemma3 };
+enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2, kGemma3, kQwen35, kLlama };
 const char* family_name(Family f);
 
+// The token mixer of a layer: attention over the KV pool, or Gated DeltaNet over a recurrent
+// state (kv/recurrent_state.h). Only attention layers have a KV pool layer (kv_layout).
+enum class MixerKind : uint8_t { kAttention, kGatedDeltaNet };
+
 struct LayerSpec {
+  MixerKind mixer = MixerKind::kAttention;
+  bool out_gate = false;       // attn_output_gate: q_proj rows per head are [query | gate]
   AttnKind attn = AttnKind::kFull;
   Window window;               // resolved visibility window (attention/attn_spec.h); read by all
                                // (causal ⇔ window.right == 0; a sliding layer sees window.left + 1 keys)
@@ -38,6 +44,16 @@ struct DFlashSpec {
   float attention_value_scale = 1.0f;     // multiplies V (context and block)
   std::optional<float> backbone_rotary_base;  // RoPE base for context keys only
   bool has_explicit_target_layer_ids = false;
+  // Where the config came from (ECOSYSTEM §1.3): "z-lab" (dflash_config.target_layer_ids =
+  // layer outputs), "speculators" (DFlashSpeculator / DFlash2Speculator: top-level
+  // aux_hidden_state_layer_ids = z-lab ids + 1, transformer_layer_config, top-level
+  // mask_token_id / block_size), "eagle-aux" (eagle_aux_hidden_state_layer_ids, aux semantics).
+  std::string dialect = "z-lab";
+  std::string speculators_type;       // speculators_model_type ("dflash", "dflash2")
+  std::string verifier;               // speculators_config.verifier.name_or_path
+  int32_t draft_vocab_size = 0;       // > 0: the drafter's own reduced-vocabulary lm_head (d2t)
+  bool sample_from_anchor = false;    // DSpark-style: the anchor slot predicts the first draft
+  std::optional<bool> causal;         // dflash_config.causal / !sliding_window_non_causal
 };
 
 struct MoESpec {
@@ -47,7 +63,8 @@ struct MoESpec {
   int32_t n_group = 1, topk_group = 1;
   bool norm_topk_prob = true;
   float routed_scaling_factor = 1.0f;
-  std::string scoring_func = "sigmoid";
+  std::string scoring_func = "sigmoid";   // "softmax" (Qwen3.5-MoE): top-k of softmax probs
+  int32_t shared_intermediate_size = 0;   // > 0: a shared expert gated by σ(h·w_sg) (Qwen3.5)
   std::string topk_method = "noaux_tc";   // noaux_tc: e_score_correction_bias for selection only
   std::string router_dtype = "float32";   // moe_router_dtype (the engine computes in fp32)
 };
@@ -64,6 +81,16 @@ struct MiMoSpec {
   WindowEdge window_edge = WindowEdge::kInclusiveW;
   int32_t fp8_block_out = 128, fp8_block_in = 128;  // quantization_config.weight_block_size
   bool fp8 = false;                    // quantization_config.quant_method == "fp8"
+};
+
+// Gated DeltaNet geometry (Qwen3.5 linear_attention layers).
+struct GdnSpec {
+  int32_t n_k_heads = 0, n_v_heads = 0;  // linear_num_key_heads / linear_num_value_heads
+  int32_t d_k = 0, d_v = 0;              // linear_key_head_dim / linear_value_head_dim
+  int32_t conv_kernel = 4;               // linear_conv_kernel_dim
+  int32_t key_dim() const { return n_k_heads * d_k; }
+  int32_t value_dim() const { return n_v_heads * d_v; }
+  int32_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // [q | k | v] channels
 };
 
 struct ModelConfig {
@@ -88,6 +115,8 @@ struct ModelConfig {
   float final_logit_softcap = 0.0f;   // logits = cap·tanh(logits / cap) when > 0 (Gemma 2 style)
   float embed_scale = 1.0f;           // embedding rows × this (Gemma: sqrt(hidden_size))
   bool norm_plus_one = false;         // RMSNorm weights are stored as w and applied as (1 + w)
+  std::optional<GdnSpec> gdn;         // set for hybrids with Gated DeltaNet layers
+  std::vector<std::string> skipped_prefixes;  // tensor prefixes the family does not load (mtp.*)
 };
 
 // Parse-time choices that are the user's, not the checkpoint's (never the environment's).

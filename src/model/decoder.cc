@@ -26,6 +26,16 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
     a.params = attn_params(cfg_.layers[il], a.sinks);
   }
   head_.final_softcap = cfg_.final_logit_softcap;
+  int32_t n_attn = 0, n_lin = 0;
+  kv_layer_.assign(cfg_.n_layers, -1);
+  for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+    DFL_ASSERT(layers_[il].mixer == cfg_.layers[il].mixer);
+    if (layers_[il].mixer == MixerKind::kAttention)
+      kv_layer_[il] = n_attn++;
+    else
+      layers_[il].gdn.layer = n_lin++;
+  }
+  rec_block_ = opts.max_block;
   convert_weight(head_.lm_head, opts, owned_, &pool_);  // head_.embed stays as stored (rows are read)
   require_all_used(ck_, cfg_, ignore);
   max_context_ = std::min(opts.max_context, cfg_.max_position_embeddings);
@@ -34,7 +44,33 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
   po.max_context = max_context_;
   po.slack = opts.max_block;
   own_kv_ = make_kv_pool(cfg_, po);
-  kv_ = own_kv_.get();
+  attach_kv(own_kv_.get());
+}
+
+void DecoderLM::attach_kv(KvPool* pool) {
+  kv_ = pool;
+  if (n_recurrent_layers(cfg_) > 0)
+    rec_ = std::make_unique<RecurrentState>(recurrent_spec(cfg_), pool->max_seqs(), rec_block_);
+}
+
+void DecoderLM::rollback_recurrent(int32_t seq, int32_t n) {
+  const int32_t k = rec_->start_rollback(seq, n);
+  if (k < 0) return;
+  for (int32_t il = 0; il < cfg_.n_layers; ++il)
+    if (layers_[il].mixer == MixerKind::kGatedDeltaNet)
+      gdn_replay(layers_[il].gdn, *cfg_.gdn, *rec_, seq, k, sc_.gdn, pool_);
+  rec_->finish_rollback(seq, n);
+}
+
+void DecoderLM::rollback(int32_t seq, int32_t n) {
+  if (rec_) rec_->check_rollback(seq, n);  // refuse before any kind has changed
+  kv_->truncate(seq, n);
+  if (rec_) rollback_recurrent(seq, n);
+}
+
+void DecoderLM::release(int32_t seq) {
+  kv_->clear(seq);
+  if (rec_) rec_->clear(seq);
 }
 
 void DecoderLM::embed(const int32_t* tokens, int64_t n, float* out) const {
@@ -113,6 +149,12 @@ void DecoderLM::forward(const ForwardBatch& b, BatchOut& out) {
   else
     out.aux.clear();
 
+  if (rec_)
+    for (const SegmentSpec& g : b.segs) {
+      // A caller that truncated only the KV (kv().truncate, e.g. calibration) is caught up here.
+      if (g.pos0 > 0 && rec_->length(g.seq) != g.pos0) rollback_recurrent(g.seq, g.pos0);
+      rec_->begin_forward(g.seq, g.pos0, g.n);
+    }
   plan_.build(psegs_.data(), int32_t(psegs_.size()), ropes_);
   float* x = Scratch::ensure(x_, size_t(rows) * H);
   for (size_t i = 0; i < b.segs.size(); ++i)
@@ -120,11 +162,17 @@ void DecoderLM::forward(const ForwardBatch& b, BatchOut& out) {
   capture_taps(b, 0, out);
   for (int32_t il = 0; il < cfg_.n_layers; ++il) {
     const DecoderLayer& l = layers_[il];
-    attention_sublayer(l.attn, cfg_.layers[il], x, plan_, H, cfg_.rms_norm_eps, kv, il, sc_, pool_);
+    if (l.mixer == MixerKind::kGatedDeltaNet)
+      gdn_sublayer(l.gdn, *cfg_.gdn, x, plan_, H, cfg_.rms_norm_eps, *rec_, sc_.gdn, pool_);
+    else
+      attention_sublayer(l.attn, cfg_.layers[il], x, plan_, H, cfg_.rms_norm_eps, kv,
+                         kv_layer_[il], sc_, pool_);
     ffn_sublayer(l.ffn, cfg_, x, rows, sc_, pool_);
     capture_taps(b, il + 1, out);
   }
   for (const SegmentSpec& g : b.segs) kv.commit_length(g.seq, g.pos0 + g.n);
+  if (rec_)
+    for (const SegmentSpec& g : b.segs) rec_->end_forward(g.seq);
 
   out.logits.resize(size_t(logit_rows) * V);
   if (!logit_rows) return;

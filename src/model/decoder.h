@@ -1,5 +1,7 @@
 // The one decoder skeleton every target family runs on: embedding → L × (attention sublayer →
-// FFN sublayer) → final norm → lm_head, over the ragged segments of a ForwardBatch. A family
+// FFN sublayer) → final norm → lm_head, over the ragged segments of a ForwardBatch. The token
+// mixer of a layer is attention (over the KV pool) or Gated DeltaNet (over the recurrent states,
+// kv/recurrent_state.h), per DecoderLayer::mixer; everything else is shared. A family
 // file only loads its weights into `head_` and `layers_` (any projection layout, any FFN kind)
 // and calls finish_load(); the forward, the taps, the KV handling and the logits are here.
 //
@@ -15,6 +17,7 @@
 
 #include "attention/step_plan.h"
 #include "io/checkpoint.h"
+#include "kv/recurrent_state.h"
 #include "model/blocks.h"
 #include "model/model.h"
 
@@ -28,7 +31,11 @@ class DecoderLM : public CausalLM {
  public:
   const ModelConfig& config() const override { return cfg_; }
   KvPool& kv() override { return *kv_; }
-  void attach_kv(KvPool* pool) override { kv_ = pool; }
+  void attach_kv(KvPool* pool) override;
+  void rollback(int32_t seq, int32_t n) override;
+  void release(int32_t seq) override;
+  // The recurrent states (null without Gated DeltaNet layers).
+  const RecurrentState* recurrent() const { return rec_.get(); }
   int32_t max_context() const override { return max_context_; }
   void forward(const ForwardBatch& batch, BatchOut& out) override;
   void embed(const int32_t* tokens, int64_t n, float* out) const override;
@@ -53,6 +60,11 @@ class DecoderLM : public CausalLM {
 
  private:
   void capture_taps(const ForwardBatch& b, int32_t index, BatchOut& out) const;
+  void rollback_recurrent(int32_t seq, int32_t n);
+
+  std::vector<int32_t> kv_layer_;  // per layer: its KvPool layer (attention) or -1
+  std::unique_ptr<RecurrentState> rec_;
+  int32_t rec_block_ = 16;  // rows a recurrent forward keeps for a partial rollback
 
   std::vector<RopeTable> ropes_;  // distinct tables; AttnWeights::rope indexes them
   int32_t max_context_ = 0;

@@ -41,6 +41,8 @@ extern const FamilyEntry kQwen3Family;
 extern const FamilyEntry kMiMoV2Family;
 extern const FamilyEntry kDFlashDraftFamily;
 extern const FamilyEntry kGemma3Family;
+extern const FamilyEntry kQwen35Family;
+extern const FamilyEntry kLlamaFamily;
 
 // Every family, in lookup order (claims first).
 const std::vector<const FamilyEntry*>& all_families();

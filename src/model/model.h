@@ -95,7 +95,14 @@ class CausalLM {
   // The attached KV pool.
   virtual KvPool& kv() = 0;
   // Uses `pool` (built for kv_layout(config())) from now on; the model does not own it.
+  // A model with recurrent layers (re)sizes its recurrent states to the pool's slots here.
   virtual void attach_kv(KvPool* pool) = 0;
+  // Rolls sequence `seq` back to its first n positions (n ≤ its length, within the last
+  // forward for recurrent layers): every layer-state kind (KV, recurrent) afterwards equals the
+  // state of having run those n positions only. The engine's one rollback call.
+  virtual void rollback(int32_t seq, int32_t n) { kv().truncate(seq, n); }
+  // Forgets sequence `seq` in every layer-state kind (its slot is free for another sequence).
+  virtual void release(int32_t seq) { kv().clear(seq); }
   // Largest context the model allows (min of max_position_embeddings and what was asked).
   virtual int32_t max_context() const = 0;
   // Runs a batched forward (see file comment). Makes room in the pool for every segment

@@ -36,6 +36,27 @@ MoEWeights load_moe(const Checkpoint& ck, const std::string& p, const MoESpec& s
     m.bias = load_vector(ck, p + "mlp.gate.e_score_correction_bias", E);
   else
     m.bias.assign(E, 0.0f);
+  if (ck.contains(p + "mlp.experts.gate_up_proj")) {
+    const TensorInfo& gu = ck.require(p + "mlp.experts.gate_up_proj", kFloatWeights, {E, 2 * I, H});
+    const TensorInfo& dn = ck.require(p + "mlp.experts.down_proj", kFloatWeights, {E, H, I});
+    const size_t es = dtype_size(gu.dtype);
+    DFL_CHECK(dn.dtype == gu.dtype, "tensor '", p, "mlp.experts.down_proj': dtype differs from gate_up_proj");
+    auto view = [&](const TensorInfo& t, size_t off, int64_t n_out, int64_t n_in) {
+      WeightMatrix w;
+      w.dtype = t.dtype;
+      w.n_out = n_out;
+      w.n_in = n_in;
+      w.data = static_cast<const uint8_t*>(t.data) + off * es;
+      return w;
+    };
+    for (int32_t e = 0; e < E; ++e) {
+      const size_t base = size_t(e) * 2 * I * H;
+      m.gate.push_back(view(gu, base, I, H));
+      m.up.push_back(view(gu, base + size_t(I) * H, I, H));
+      m.down.push_back(view(dn, size_t(e) * H * I, H, I));
+    }
+    return m;
+  }
   for (int32_t e = 0; e < E; ++e) {
     const std::string ep = str(p, "mlp.experts.", e, ".");
     m.gate.push_back(load_linear_fp8(ck, ep + "gate_proj.weight", I, H, 1, store, bo, bi));
@@ -60,9 +81,16 @@ void moe_route(const MoESpec& s, const float* logits, const float* bias, int32_t
   gscore.resize(G);
   for (int32_t r = 0; r < n; ++r) {
     const float* l = logits + size_t(r) * E;
-    for (int32_t e = 0; e < E; ++e) {
-      sc[e] = 1.0f / (1.0f + std::exp(-l[e]));
-      sel[e] = sc[e] + bias[e];
+    if (s.scoring_func == "softmax") {
+      float mx = -INFINITY, tot = 0.0f;
+      for (int32_t e = 0; e < E; ++e) mx = std::max(mx, l[e]);
+      for (int32_t e = 0; e < E; ++e) tot += (sc[e] = std::exp(l[e] - mx));
+      for (int32_t e = 0; e < E; ++e) sel[e] = (sc[e] /= tot);
+    } else {
+      for (int32_t e = 0; e < E; ++e) {
+        sc[e] = 1.0f / (1.0f + std::exp(-l[e]));
+        sel[e] = sc[e] + bias[e];
+      }
     }
     if (G > 1) {
       // Group score = sum of the group's two largest selection scores; keep topk_group groups.

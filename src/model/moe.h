@@ -4,6 +4,9 @@
 //   idx = top-k(sel) (ties → lower expert id)        w = s[idx]  (UNBIASED scores)
 //   w /= Σw + 1e-20 (norm_topk_prob)                  w *= routed_scaling_factor
 //   y = Σ_k w_k · down_e(silu(gate_e(h)) ⊙ up_e(h)),  e = idx_k, summed in ascending e (as HF)
+// scoring_func "softmax" (Qwen3.5-MoE, TARGETS-SPEC §5.3): s = softmax_f32(l), idx = top-k(s),
+// w = s[idx] / Σ s[idx] (no bias, no groups). A gated shared expert, when present, is added by
+// ffn_sublayer (model/blocks.h).
 // Experts run only for the rows routed to them: a block of B rows touches the union of their
 // experts, and each used expert does one batched matmul over its gathered rows.
 #pragma once
@@ -32,6 +35,10 @@ struct MoEWeights {
 // "<prefix>mlp.experts.{e}.{gate,up,down}_proj.weight" (+ FP8 scales).
 MoEWeights load_moe(const Checkpoint& ck, const std::string& prefix, const MoESpec& spec,
                     int32_t hidden, Fp8ScaleStore& store, int64_t block_out, int64_t block_in);
+
+// Loads the fused expert layout instead when "<prefix>mlp.experts.gate_up_proj" [E, 2I, H] (gate
+// rows first) and "<prefix>mlp.experts.down_proj" [E, H, I] are present (transformers 5's
+// Qwen3_5MoeExperts parameters): each expert's matrices point into those tensors.
 
 // Routing of n rows from router logits [n, E] (fp32): idx [n, k] (ascending expert id per row)
 // and weights [n, k] in the same order.

@@ -9,7 +9,8 @@ namespace dfl {
 
 const std::vector<const FamilyEntry*>& all_families() {
   static const std::vector<const FamilyEntry*> table = {&kDFlashDraftFamily, &kQwen3Family,
-                                                        &kMiMoV2Family, &kGemma3Family};
+                                                        &kMiMoV2Family, &kGemma3Family, &kQwen35Family,
+                                                        &kLlamaFamily};
   return table;
 }
 
@@ -50,7 +51,8 @@ const FamilyEntry& family_of(const ModelConfig& c) {
 std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg) {
   std::vector<KvLayerSpec> kvs;
   for (const auto& l : cfg.layers)
-    kvs.push_back(kv_layer_spec(l.attn == AttnKind::kSliding, l.window, l.n_kv_heads, l.head_dim,
+    if (l.mixer == MixerKind::kAttention)  // recurrent layers keep no KV (kv/recurrent_state.h)
+      kvs.push_back(kv_layer_spec(l.attn == AttnKind::kSliding, l.window, l.n_kv_heads, l.head_dim,
                                 l.v_head_dim));
   return kvs;
 }

@@ -60,7 +60,22 @@ int64_t weight_bytes(const WeightMatrix& w) {
 }
 
 std::vector<float> load_vector(const Checkpoint& ck, const std::string& name, int64_t n) {
-  const TensorInfo& t = ck.require(name, kFloatWeights, {n});
+  return load_f32(ck, name, {n});
+}
+
+std::vector<float> load_norm(const Checkpoint& ck, const std::string& name, int64_t n,
+                             NormStyle style) {
+  std::vector<float> w = load_vector(ck, name, n);
+  if (style == NormStyle::kZeroCentred)
+    for (float& v : w) v = 1.0f + v;  // HF: n(x)·(1 + w_f32), one fp32 add (exact fold)
+  return w;
+}
+
+std::vector<float> load_f32(const Checkpoint& ck, const std::string& name,
+                            const std::vector<int64_t>& shape) {
+  const TensorInfo& t = ck.require(name, kFloatWeights, shape);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
   std::vector<float> out(n);
   for (int64_t i = 0; i < n; ++i) {
     switch (t.dtype) {

@@ -35,6 +35,15 @@ int64_t weight_bytes(const WeightMatrix& w);
 
 // A [n] vector as fp32.
 std::vector<float> load_vector(const Checkpoint& ck, const std::string& name, int64_t n);
+// A tensor of any shape as fp32 (row-major).
+std::vector<float> load_f32(const Checkpoint& ck, const std::string& name,
+                            const std::vector<int64_t>& shape);
+
+// RMSNorm weights as stored (y = n(x)·w), or zero-centred (Qwen3.5: y = n(x)·(1 + w), w stored
+// as the offset from 1): the effective weight 1 + w is formed once at load time in fp32.
+enum class NormStyle : uint8_t { kPlain, kZeroCentred };
+std::vector<float> load_norm(const Checkpoint& ck, const std::string& name, int64_t n,
+                             NormStyle style);
 
 // Converts a row range of a stored matrix (embedding table) to fp32: out[r - r0, :].
 void rows_to_f32(const WeightMatrix& w, const int32_t* rows, int64_t n_rows, float* out);

@@ -140,6 +140,33 @@ TEST(Cli, TokenizeJson) {
   EXPECT_EQ(j["pieces"][0].get<std::string>(), "<|im_start|>");
 }
 
+// Hybrid targets: layer kinds, recurrent state bytes and the full-layer KV per token; drafters:
+// the dialect and the tap table (tests/fixtures/configs, public values).
+TEST(Cli, InspectShowsHybridStateAndDrafterTaps) {
+  const Proc p = run_dflash("inspect " + fixture("configs/Qwen3.5-27B") + " --json");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j["family"], "qwen3_5");
+  EXPECT_EQ(j["layers"][0]["mixer"], "gated_deltanet");
+  EXPECT_EQ(j["layers"][3]["mixer"], "attention");
+  EXPECT_EQ(j["layers"][3]["output_gate"], true);
+  EXPECT_EQ(j["layers"][3]["rotary_dims"], 64);
+  EXPECT_EQ(j["recurrent_state"]["linear_layers"], 48);
+  EXPECT_EQ(j["recurrent_state"]["state_bytes_per_sequence"], 156893184);
+  EXPECT_EQ(j["recurrent_state"]["engine_bytes_per_sequence"], 345538560);
+  EXPECT_EQ(j["kv_cache"]["bf16_full_layers_bytes_per_token"], 65536);
+  const Proc d = run_dflash("inspect " + fixture("configs/Qwen3.6-35B-A3B-speculator.dflash") + " --json");
+  ASSERT_EQ(d.rc, 0) << d.err;
+  const auto k = nlohmann::json::parse(d.out);
+  EXPECT_EQ(k["dflash"]["dialect"], "speculators");
+  EXPECT_EQ(k["dflash"]["target_layer_ids"], nlohmann::json({0, 9, 18, 27, 36}));
+  EXPECT_EQ(k["dflash"]["taps"][1]["aux_index"], 10);
+  EXPECT_EQ(k["dflash"]["draft_vocab_size"], 32000);
+  const Proc t = run_dflash("inspect " + fixture("configs/Qwen3.6-35B-A3B-DFlash"));
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_NE(t.out.find("tap 7: target layer 37 -> aux 38"), std::string::npos) << t.out;
+}
+
 TEST(Cli, InspectWorksOnAConfigOnlyFolder) {
   TempDir t;
   fs::copy_file(fixture("dflash/mixed_swa/draft/config.json"), t.str() + "/config.json");
@@ -188,7 +215,7 @@ TEST(Cli, ImpossibleConfigsAreRefused) {
   c["dflash_config"]["mask_token_id"] = 100000;
   expect_error(inspect_with(c), "mask_token_id");
   c = base;
-  c["architectures"] = {"LlamaForCausalLM"};
+  c["architectures"] = {"GPTNeoXForCausalLM"};
   c.erase("dflash_config");
   expect_error(inspect_with(c), "unknown architecture");
 }

@@ -32,6 +32,9 @@ std::vector<Family> families() {
   v.push_back({"default", test::fixture("default/target"), test::fixture("default/draft")});
   v.push_back({"mimo_flash_split", test::fixture("mimo/flash_split"), ""});
   v.push_back({"mimo_v25_fused", test::fixture("mimo/v25_fused"), ""});
+  v.push_back({"qwen35_flat", test::fixture("qwen35/flat_untied"),
+               test::fixture("qwen35/flat_untied_draft")});
+  v.push_back({"qwen35_nested", test::fixture("qwen35/nested_tied"), ""});
   return v;
 }
 

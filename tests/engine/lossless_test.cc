@@ -29,6 +29,9 @@ std::vector<PairDef> all_pairs() {
                  test::fixture(std::string("dflash/") + n + "/draft")});
   }
   v.push_back({"default", test::fixture("default/target"), test::fixture("default/draft")});
+  // Qwen3.5 hybrid target (Gated DeltaNet + gated attention): rollback of recurrent states.
+  v.push_back({"qwen35_flat", test::fixture("qwen35/flat_untied"),
+               test::fixture("qwen35/flat_untied_draft")});
   return v;
 }
 
@@ -239,7 +242,8 @@ TEST(Lossless, GreedyDFlashEqualsTargetOnly) {
 // The random-weight drafters rarely hit; a scripted proposer that knows the answer (with
 // mistakes injected at random places) drives every acceptance length through the generator.
 TEST(Lossless, ScriptedProposerAllAcceptanceLengths) {
-  for (const char* tname : {"qwen3/sharded", "default/target"}) {
+  for (const char* tname : {"qwen3/sharded", "default/target", "qwen35/flat_untied",
+                            "qwen35/nested_tied"}) {
     auto pool = test::make_pool(1);
     auto target = load_causal_lm(test::fixture(tname), LoadOptions{}, *pool);
     const int32_t V = target->config().vocab_size;
@@ -270,6 +274,33 @@ TEST(Lossless, ScriptedProposerAllAcceptanceLengths) {
       }
     }
     for (int k = 0; k < 16; ++k) EXPECT_GT(hist[k], 0) << tname << ": acceptance length " << k << " never exercised";
+  }
+}
+
+// Qwen3.5 hybrids, every block size 1..16 (1 = the anchor alone), the scripted proposer: the
+// recurrent states rolled back through CausalLM::rollback keep the output target-only's.
+TEST(Lossless, Qwen35EveryBlockSize) {
+  for (const char* tname : {"qwen35/flat_untied", "qwen35/nested_tied"}) {
+    auto pool = test::make_pool(1);
+    auto target = load_causal_lm(test::fixture(tname), LoadOptions{}, *pool);
+    const int32_t V = target->config().vocab_size;
+    Generator plain(*target, nullptr);
+    test::Golden tg(test::fixture(std::string(tname) + "/golden.safetensors"));
+    const auto prompts = make_prompts(tg.i32("prompt_ids"), 3);
+    const std::vector<int32_t> aux = {0, 2, target->config().n_layers};
+    for (size_t pi = 0; pi < prompts.size(); ++pi) {
+      GenerateRequest req;
+      req.prompt = prompts[pi];
+      req.max_tokens = 48;
+      const GenerateResult want = plain.generate(req);
+      for (int32_t b = 1; b <= 16; ++b) {
+        ScriptedProposer script(want.tokens, int32_t(req.prompt.size()), 15, V, aux, 77 * pi + b, 0.2);
+        Generator spec(*target, &script);
+        req.block_size = b;
+        const GenerateResult got = spec.generate(req);
+        ASSERT_EQ(got.tokens, want.tokens) << tname << " prompt " << pi << " block " << b;
+      }
+    }
   }
 }
 

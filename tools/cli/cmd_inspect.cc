@@ -9,7 +9,9 @@
 #include "core/error.h"
 #include "core/mmap.h"
 #include "model/config.h"
+#include "kv/recurrent_state.h"
 #include "model/dflash_draft.h"
+#include "model/gdn.h"
 #include "model/model.h"
 
 namespace dfl::cli {
@@ -38,7 +40,9 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
     const LayerSpec& l = c.layers[il];
     nlohmann::ordered_json e;
     e["index"] = il;
-    e["attention"] = attn_kind_name(l.attn);
+    e["mixer"] = l.mixer == MixerKind::kGatedDeltaNet ? "gated_deltanet" : "attention";
+    e["attention"] = l.mixer == MixerKind::kGatedDeltaNet ? "none" : attn_kind_name(l.attn);
+    e["output_gate"] = l.out_gate;
     e["window"] = {l.window.left, l.window.right};
     // Both derived from the one resolved window (never stored twice).
     e["causal"] = l.window.right == 0;
@@ -63,6 +67,18 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
     dj["target_layer_ids"] = d.target_layer_ids;
     dj["target_aux_layers"] = nlohmann::json::array();
     for (int32_t t : d.target_layer_ids) dj["target_aux_layers"].push_back(t + 1);
+    dj["dialect"] = d.dialect;
+    // The tap table: each tap is the residual stream after target layer t = aux index t + 1.
+    nlohmann::ordered_json taps = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < d.target_layer_ids.size(); ++i)
+      taps.push_back({{"tap", i}, {"target_layer", d.target_layer_ids[i]},
+                      {"aux_index", d.target_layer_ids[i] + 1}});
+    dj["taps"] = taps;
+    if (!d.speculators_type.empty()) dj["speculators_model_type"] = d.speculators_type;
+    if (!d.verifier.empty()) dj["verifier"] = d.verifier;
+    dj["draft_vocab_size"] = d.draft_vocab_size;
+    dj["sample_from_anchor"] = d.sample_from_anchor;
+    dj["causal"] = d.causal ? nlohmann::ordered_json(*d.causal) : nlohmann::ordered_json(nullptr);
     const std::string me = mask_embedding_file(c.dir);
     dj["mask_embedding"] = me.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(me);
     dj["attention_value_scale"] = d.attention_value_scale;
@@ -97,7 +113,31 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
     ej["topk_group"] = e.topk_group;
     ej["norm_topk_prob"] = e.norm_topk_prob;
     ej["routed_scaling_factor"] = e.routed_scaling_factor;
+    ej["shared_expert_intermediate_size"] = e.shared_intermediate_size;
     j["moe"] = ej;
+  }
+  if (c.gdn) {
+    const GdnSpec& g = *c.gdn;
+    const RecurrentSpec rs = recurrent_spec(c);
+    nlohmann::ordered_json rj;
+    rj["linear_layers"] = rs.n_layers;
+    rj["full_attention_layers"] = c.n_layers - rs.n_layers;
+    rj["linear_key_heads"] = g.n_k_heads;
+    rj["linear_value_heads"] = g.n_v_heads;
+    rj["key_head_dim"] = g.d_k;
+    rj["value_head_dim"] = g.d_v;
+    rj["conv_kernel"] = g.conv_kernel;
+    rj["conv_dim"] = g.conv_dim();
+    rj["dtype"] = "f32";
+    // The committed state of one sequence (conv [conv_dim, K-1] + S [Hv, dk, dv] per layer).
+    rj["state_bytes_per_sequence"] = recurrent_state_bytes(rs);
+    // What the engine holds per slot for exact rollback of a block of `slack`: two state
+    // buffers + the replay rows (kv/recurrent_state.h) — vs per-position snapshots.
+    rj["rollback"] = "double buffer + replay of the accepted rows";
+    rj["rollback_block"] = slack;
+    rj["engine_bytes_per_sequence"] = recurrent_bytes_per_sequence(rs, slack);
+    rj["snapshot_alternative_bytes_per_sequence"] = (int64_t(slack) + 1) * recurrent_state_bytes(rs);
+    j["recurrent_state"] = rj;
   }
   const auto layout = kv_layout(c);
   std::vector<KvLayerSpec> full, sliding;
@@ -145,13 +185,18 @@ int cmd_inspect(int argc, char** argv) {
     std::cout << "DFlash drafter: block_size " << d["block_size"] << ", mask_token_id "
               << d["mask_token_id"] << ", target_layer_ids " << d["target_layer_ids"].dump()
               << " (aux " << d["target_aux_layers"].dump() << "), mask_embedding "
-              << d["mask_embedding"].dump() << "\n";
+              << d["mask_embedding"].dump() << ", dialect " << d["dialect"].get<std::string>()
+              << "\n";
+    for (const auto& t : d["taps"])
+      std::cout << "  tap " << t["tap"] << ": target layer " << t["target_layer"] << " -> aux "
+                << t["aux_index"] << "\n";
   }
-  std::cout << "\nlayer  attention  window        causal  sinks  heads/kv  head_dim/v  rope_theta  rot\n";
+  std::cout << "\nlayer  mixer           attention  window        causal  sinks  heads/kv  head_dim/v  rope_theta  rot\n";
   for (const auto& l : j["layers"]) {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%5d  %-9s  (%5d,%5d)  %-6s  %-5s  %3d/%-4d  %4d/%-5d  %10.0f  %3d\n",
-                  l["index"].get<int>(), l["attention"].get<std::string>().c_str(),
+    std::snprintf(buf, sizeof buf, "%5d  %-14s  %-9s  (%5d,%5d)  %-6s  %-5s  %3d/%-4d  %4d/%-5d  %10.0f  %3d\n",
+                  l["index"].get<int>(), l["mixer"].get<std::string>().c_str(),
+                  l["attention"].get<std::string>().c_str(),
                   l["window"][0].get<int>(), l["window"][1].get<int>(),
                   l["causal"].get<bool>() ? "yes" : "no", l["sinks"].get<bool>() ? "yes" : "no",
                   l["num_heads"].get<int>(), l["num_kv_heads"].get<int>(), l["head_dim"].get<int>(),
@@ -167,6 +212,15 @@ int cmd_inspect(int argc, char** argv) {
             << kv["bf16_full_layers_bytes_per_token"] << " B/token in full layers + "
             << kv["bf16_sliding_bytes_per_slot"] << " B per ring slot x " << kv["sliding_ring_slots"]
             << " slots)\n";
+  if (j.contains("recurrent_state")) {
+    const auto& r = j["recurrent_state"];
+    std::cout << "Recurrent state (Gated DeltaNet, f32): " << r["linear_layers"] << " linear + "
+              << r["full_attention_layers"] << " full layers; " << r["state_bytes_per_sequence"]
+              << " bytes per sequence; engine (2 buffers + replay rows, block " << slack << "): "
+              << r["engine_bytes_per_sequence"] << " bytes per sequence (per-position snapshots "
+              << "would need " << r["snapshot_alternative_bytes_per_sequence"] << ")\n";
+  }
+  if (j.contains("moe") && !j.contains("mimo")) std::cout << "MoE: " << j["moe"].dump() << "\n";
   if (j.contains("mimo")) std::cout << "MiMo: " << j["mimo"].dump() << "\nMoE: " << j["moe"].dump() << "\n";
   return 0;
 }

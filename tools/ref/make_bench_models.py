@@ -184,6 +184,44 @@ def make_qwen3(out, key, w, force):
     write_model(out, f"qwen3-{key}-dflash", draft_config(H, I, nh, nkv, hd, L), dt, w, force)
 
 
+def make_qwen35_4b(out, w, force):
+    """Qwen3.5-4B text shape (ECOSYSTEM §4): hidden 2560, I 9216, 32 layers (linear ×3 + full),
+    gated attention 16/4 heads of 256, GDN 16 key / 32 value heads of 128, tied, vocab 248320."""
+    H, I, L, nh, nkv, hd = 2560, 9216, 32, 16, 4, 256
+    hk, hv, dk = 16, 32, 128
+    C = 2 * hk * dk + hv * dk
+    t = [("model.embed_tokens.weight", [248320, H], "rand"), ("model.norm.weight", [H], "ones")]
+    for il in range(L):
+        p = f"model.layers.{il}."
+        t += [(p + "input_layernorm.weight", [H], "ones"),
+              (p + "post_attention_layernorm.weight", [H], "ones"),
+              (p + "mlp.gate_proj.weight", [I, H], "rand"), (p + "mlp.up_proj.weight", [I, H], "rand"),
+              (p + "mlp.down_proj.weight", [H, I], "rand")]
+        if (il + 1) % 4:
+            q = p + "linear_attn."
+            t += [(q + "in_proj_qkv.weight", [C, H], "rand"), (q + "in_proj_z.weight", [hv * dk, H], "rand"),
+                  (q + "in_proj_a.weight", [hv, H], "rand"), (q + "in_proj_b.weight", [hv, H], "rand"),
+                  (q + "conv1d.weight", [C, 1, 4], "rand"), (q + "A_log", [hv], "ones"),
+                  (q + "dt_bias", [hv], "ones"), (q + "norm.weight", [dk], "ones"),
+                  (q + "out_proj.weight", [H, hv * dk], "rand")]
+        else:
+            t += [(p + "self_attn.q_proj.weight", [2 * nh * hd, H], "rand"),
+                  (p + "self_attn.k_proj.weight", [nkv * hd, H], "rand"),
+                  (p + "self_attn.v_proj.weight", [nkv * hd, H], "rand"),
+                  (p + "self_attn.o_proj.weight", [H, nh * hd], "rand"),
+                  (p + "self_attn.q_norm.weight", [hd], "ones"), (p + "self_attn.k_norm.weight", [hd], "ones")]
+    cfg = {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "hidden_size": H,
+           "intermediate_size": I, "num_hidden_layers": L, "num_attention_heads": nh,
+           "num_key_value_heads": nkv, "head_dim": hd, "attn_output_gate": True,
+           "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(L)],
+           "linear_num_key_heads": hk, "linear_num_value_heads": hv, "linear_key_head_dim": dk,
+           "linear_value_head_dim": dk, "linear_conv_kernel_dim": 4, "vocab_size": 248320,
+           "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
+           "hidden_act": "silu", "dtype": "bfloat16"}
+    write_model(out, "qwen35-4b", cfg, t, w, force)
+
+
 def make_mimo(out, w, force):
     """MiMo-V2-Flash layout (TARGETS-SPEC §3) scaled down: hidden 1024, 12 layers (full every
     6th, the rest SWA 128 with sinks), 64 experts × 256 top-8, dense layer 0, bf16 weights."""
@@ -238,7 +276,8 @@ def make_mimo(out, w, force):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", nargs="?", default="/tmp/dflash-bench-models")
-    ap.add_argument("--only", default="0.6b,1.7b,4b,mimo", help="comma list of 0.6b,1.7b,4b,mimo")
+    ap.add_argument("--only", default="0.6b,1.7b,4b,mimo",
+                    help="comma list of 0.6b,1.7b,4b,mimo,qwen35-4b")
     ap.add_argument("--force", action="store_true", help="rewrite existing models")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -252,6 +291,8 @@ def main():
             make_qwen3(a.out, key, w, a.force)
         elif key == "mimo":
             make_mimo(a.out, w, a.force)
+        elif key == "qwen35-4b":
+            make_qwen35_4b(a.out, w, a.force)
         else:
             sys.exit(f"unknown model '{key}' (choose from 0.6b, 1.7b, 4b, mimo)")
 

@@ -17,11 +17,66 @@ namespace {
 
 using namespace cfg;
 
-void parse_dflash(const nlohmann::json& root, ModelConfig& c, const ConfigOptions& opts) {
+bool is_speculators(const json& root) {
+  if (find_key(root, "speculators_model_type")) return true;
+  const json* a = find_key(root, "architectures");
+  if (!a || !a->is_array() || a->empty() || !(*a)[0].is_string()) return false;
+  const std::string s = (*a)[0].get<std::string>();
+  return s == "DFlashSpeculator" || s == "DFlash2Speculator";
+}
+
+// The speculators dialect (vllm-project/speculators 0.9 `DFlashSpeculatorConfig`, the reference):
+// the geometry is transformer_layer_config, saved with to_diff_dict() — keys equal to the
+// Qwen3Config defaults are absent and are filled in here; target layer ids = aux − 1;
+// mask_token_id / block_size (default 8) / draft_vocab_size (default 32000) at the top level.
+// Causality as the reference's mask: full-attention layers are always bidirectional, sliding
+// layers causal unless sliding_window_non_causal (default false). (vLLM's update_dflash instead
+// maps causal = !sliding_window_non_causal onto every layer and reads an absent key as true.)
+json speculators_to_zlab(const json& root, DFlashSpec& d) {
+  const json* tl = find_key(root, "transformer_layer_config");
+  DFL_CHECK(tl && tl->is_object(), "config: a speculators drafter needs transformer_layer_config");
+  const std::string mt = opt_str(*tl, "model_type").value_or("qwen3");
+  DFL_CHECK(mt == "qwen3", "config: speculators transformer_layer_config model_type '", mt,
+            "' is not supported (qwen3)");
+  json eff = {{"vocab_size", 151936}, {"hidden_size", 4096}, {"intermediate_size", 22016},
+              {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 32},
+              {"head_dim", 128}, {"max_position_embeddings", 32768}, {"rms_norm_eps", 1e-6},
+              {"tie_word_embeddings", false}, {"hidden_act", "silu"}, {"rope_theta", 10000.0}};
+  for (auto it = tl->begin(); it != tl->end(); ++it) eff[it.key()] = it.value();
+  json dc = json::object();
+  if (const json* m = find_key(root, "mask_token_id")) dc["mask_token_id"] = *m;
+  eff["block_size"] = opt_int(root, "block_size").value_or(8);
+  const json* aux = find_key(root, "aux_hidden_state_layer_ids");
+  DFL_CHECK(aux && aux->is_array() && !aux->empty(),
+            "config: a speculators drafter needs aux_hidden_state_layer_ids");
+  json ids = json::array();
+  for (const auto& e : *aux) {
+    const int64_t a = as_int(e, "aux_hidden_state_layer_ids");
+    DFL_CHECK(a >= 1, "config: aux_hidden_state_layer_ids entry ", a,
+              " must be >= 1 (aux 0 is the embedding, no DFlash tap)");
+    ids.push_back(a - 1);
+  }
+  dc["target_layer_ids"] = ids;
+  // Sliding layers are causal by the resolver's default rule and full layers bidirectional;
+  // non-causal sliding layers are everything non-causal.
+  if (opt_bool(root, "sliding_window_non_causal").value_or(false)) dc["causal"] = false;
+  d.sample_from_anchor = opt_bool(root, "sample_from_anchor").value_or(false);
+  d.draft_vocab_size = static_cast<int32_t>(opt_int(root, "draft_vocab_size").value_or(32000));
+  d.speculators_type = opt_str(root, "speculators_model_type").value_or("");
+  if (const json* sc = find_key(root, "speculators_config"))
+    if (const json* v = find_key(*sc, "verifier"))
+      d.verifier = opt_str(*v, "name_or_path").value_or(opt_str(*v, "name").value_or(""));
+  d.dialect = "speculators";
+  eff["dflash_config"] = dc;
+  return eff;
+}
+
+void parse_dflash(const nlohmann::json& raw, ModelConfig& c, const ConfigOptions& opts) {
   c.family = Family::kDFlashDraft;
+  DFlashSpec d;
+  const json root = is_speculators(raw) ? speculators_to_zlab(raw, d) : raw;
   parse_common(root, c);
   const LayerSpec proto = base_layer(root, c);
-  DFlashSpec d;
   if (const json* v = dflash_key(root, "block_size")) d.block_size = static_cast<int32_t>(as_int(*v, "block_size"));
   DFL_CHECK(d.block_size >= 2 && d.block_size <= 256, "config: block_size must be in [2, 256], got ",
             d.block_size);
@@ -32,7 +87,20 @@ void parse_dflash(const nlohmann::json& root, ModelConfig& c, const ConfigOption
             " is out of range for vocab_size ", c.vocab_size);
   d.mask_token_id = static_cast<int32_t>(mask);
   d.num_target_layers = static_cast<int32_t>(opt_int(root, "num_target_layers").value_or(0));
-  if (const json* ids = dflash_key(root, "target_layer_ids")) {
+  if (const json* eg = find_key(root, "eagle_aux_hidden_state_layer_ids");
+      eg && d.dialect == "z-lab") {
+    // vLLM's first choice: aux-index semantics as-is (aux i = output of layer i - 1).
+    DFL_CHECK(eg->is_array() && !eg->empty(),
+              "config: eagle_aux_hidden_state_layer_ids must be a non-empty list");
+    for (const auto& e : *eg) {
+      const int64_t a = as_int(e, "eagle_aux_hidden_state_layer_ids");
+      DFL_CHECK(a >= 1 && a < 100000, "config: eagle_aux_hidden_state_layer_ids entry ", a,
+                " is out of range (>= 1: aux 0 is the embedding)");
+      d.target_layer_ids.push_back(static_cast<int32_t>(a - 1));
+    }
+    d.has_explicit_target_layer_ids = true;
+    d.dialect = "eagle-aux";
+  } else if (const json* ids = dflash_key(root, "target_layer_ids")) {
     DFL_CHECK(ids->is_array() && !ids->empty(), "config: target_layer_ids must be a non-empty list");
     for (const auto& e : *ids) {
       const int64_t t = as_int(e, "target_layer_ids");
@@ -78,6 +146,8 @@ void parse_dflash(const nlohmann::json& root, ModelConfig& c, const ConfigOption
   a.sliding_window = window_key(opt_int(root, "sliding_window"));
   a.is_causal = opt_bool(root, "is_causal");
   a.dflash_causal = opt_bool(dcfg, "causal");
+  if (!a.dflash_causal) a.dflash_causal = opt_bool(root, "causal");  // Laguna: top-level causal
+  d.causal = a.dflash_causal;
   bool sinks = false;
   if (auto s = opt_bool(dcfg, "attention_sink_bias")) sinks = *s;
   else if (auto s2 = opt_bool(root, "add_swa_attention_sink_bias")) sinks = *s2;
@@ -94,7 +164,7 @@ void parse_dflash(const nlohmann::json& root, ModelConfig& c, const ConfigOption
 }
 
 bool claims_dflash(const nlohmann::json& root) {
-  return root.is_object() && root.contains("dflash_config");
+  return root.is_object() && (root.contains("dflash_config") || is_speculators(root));
 }
 
 // GGUF drafters as llama.cpp's converter writes them (`general.architecture` = dflash): the
@@ -182,10 +252,15 @@ std::string dflash_gguf_name(std::string_view n) {
 
 }  // namespace
 
-const FamilyEntry kDFlashDraftFamily = {Family::kDFlashDraft, {"DFlashDraftModel"}, {},
-                                        claims_dflash,          parse_dflash,
-                                        nullptr,                {"dflash"},
-                                        dflash_gguf_config,     dflash_gguf_name};
+const FamilyEntry kDFlashDraftFamily = {Family::kDFlashDraft,
+                                        {"DFlashDraftModel", "DFlashSpeculator", "DFlash2Speculator"},
+                                        {},
+                                        claims_dflash,
+                                        parse_dflash,
+                                        nullptr,
+                                        {"dflash"},
+                                        dflash_gguf_config,
+                                        dflash_gguf_name};
 
 std::string mask_embedding_file(const std::string& dir) {
   const std::string path = dir + "/mask_embedding.pt";
@@ -201,6 +276,10 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
   const DFlashSpec& d = *cfg_.dflash;
   const int32_t H = cfg_.hidden_size, Ht = tc.hidden_size, K = int32_t(d.target_layer_ids.size());
   DFL_CHECK(H == Ht, "drafter hidden_size ", H, " does not match the target's ", Ht);
+  DFL_CHECK(d.draft_vocab_size == 0 || d.draft_vocab_size == tc.vocab_size, "'", dir,
+            "': a drafter with its own reduced-vocabulary lm_head (draft_vocab_size ",
+            d.draft_vocab_size, ", d2t/t2d maps) is not supported yet");
+  DFL_CHECK(!d.sample_from_anchor, "'", dir, "': sample_from_anchor drafters are not supported yet");
   DFL_CHECK(cfg_.vocab_size == tc.vocab_size || d.mask_token_id < tc.vocab_size,
             "drafter mask_token_id ", d.mask_token_id, " is outside the target vocabulary");
   for (int32_t t : d.target_layer_ids) {
