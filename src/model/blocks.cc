@@ -81,13 +81,6 @@ int64_t DecoderLayer::matrix_bytes(const ModelConfig& cfg) const {
   return b;
 }
 
-std::vector<float> load_norm(const Checkpoint& ck, const std::string& name, int64_t n, bool plus_one) {
-  std::vector<float> w = load_vector(ck, name, n);
-  if (plus_one)
-    for (float& x : w) x += 1.0f;
-  return w;
-}
-
 void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
                       const std::vector<std::string>& ignore) {
   const auto leftover = ck.unused_names(ignore);

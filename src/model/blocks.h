@@ -100,10 +100,6 @@ struct OutputHead {
                    ThreadPool& pool) const;
 };
 
-// A [n] RMSNorm weight as the kernels apply it: w, or 1 + w for families that store the offset
-// (Gemma's zero-centred norms; a GGUF converter may already have folded the 1 in).
-std::vector<float> load_norm(const Checkpoint& ck, const std::string& name, int64_t n, bool plus_one);
-
 // Refuses a checkpoint holding tensors the model did not request (prefixes in `ignore` excepted).
 void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
                       const std::vector<std::string>& ignore = {});

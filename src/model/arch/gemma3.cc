@@ -173,7 +173,8 @@ class Gemma3Model final : public DecoderLM {
     std::string p = "model.";
     for (const char* cand : {"model.", "model.language_model.", "language_model.model."})
       if (ck_.contains(std::string(cand) + "embed_tokens.weight")) p = cand;
-    const bool plus1 = cfg_.norm_plus_one;
+    // Zero-centred norms, unless a GGUF converter already folded the 1 in (config.norm_plus_one).
+    const NormStyle plus1 = cfg_.norm_plus_one ? NormStyle::kZeroCentred : NormStyle::kPlain;
     head_.vocab = V;
     head_.hidden = H;
     head_.eps = cfg_.rms_norm_eps;
