@@ -23,9 +23,9 @@ int64_t ThreadPool::chunk_count(int64_t n, int64_t grain, int n_threads) {
   if (n <= 0) return 0;
   grain = std::max<int64_t>(1, grain);
   const int64_t n_grains = (n + grain - 1) / grain;
-  // 64 chunks: a chunk of a 3072-row matmul is 3 tiles of 16 rows (tens of microseconds), one of
-  // the 151936-row lm_head ~150 tiles; a claim costs ~100 ns.
-  const int64_t target = std::max<int64_t>(64, int64_t(4) * n_threads);
+  // 16 chunks: a descheduled thread holds up at most the rest of one chunk (1/16 of the op);
+  // a 3072-row matmul at M = 1 (~50 µs on 2 threads) still pays only ~20 claims.
+  const int64_t target = std::max<int64_t>(kChunks, int64_t(4) * n_threads);
   const int64_t per = (n_grains + std::min<int64_t>(target, kMaxChunks) - 1) /
                       std::min<int64_t>(target, kMaxChunks);
   return (n_grains + per - 1) / per;
@@ -80,19 +80,25 @@ void ThreadPool::worker_loop(int tid) {
 // finished one (nothing left to claim) — the descriptor is read only after a successful claim,
 // when the job cannot finish without us.
 void ThreadPool::work(int tid, uint32_t& last_static) {
+  uint32_t ran = 0;  // chunks of the current job run and not yet reported to done_
   for (;;) {
     const uint64_t w = claim_.fetch_add(1, std::memory_order_acq_rel);
     if (word_static(w)) {
-      // A static job: run once per job, on workers 1..count (the caller is thread 0).
+      // A static job: run once per job, on workers 1..count (the caller is thread 0). (ran is 0
+      // here: a job is published only once every chunk of the previous one is reported.)
       if (word_seq(w) == last_static || static_cast<uint32_t>(tid) > word_count(w)) return;
       last_static = word_seq(w);
       (*all_fn_)(tid);
-      finish(w);
+      finish(w, 1);
       return;
     }
-    if (word_next(w) >= word_count(w)) return;
+    if (word_next(w) >= word_count(w)) {
+      // Nothing left: report what we ran (one atomic add per thread and job, not per chunk).
+      if (ran) finish(w, ran);
+      return;
+    }
     run_chunk(w, tid);
-    finish(w);
+    ++ran;
   }
 }
 
@@ -102,8 +108,8 @@ void ThreadPool::run_chunk(uint64_t w, int tid) {
   (*range_fn_)(b, e, tid);
 }
 
-void ThreadPool::finish(uint64_t w) {
-  const uint32_t d = done_.fetch_add(1, std::memory_order_seq_cst) + 1;
+void ThreadPool::finish(uint64_t w, uint32_t chunks) {
+  const uint32_t d = done_.fetch_add(chunks, std::memory_order_seq_cst) + chunks;
   // Dekker pairing with wait_done(): it sets caller_sleeping_ then re-reads done_.
   if (d == word_count(w) && caller_sleeping_.load(std::memory_order_seq_cst)) done_.notify_all();
 }
@@ -152,11 +158,15 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   n_ = n;
   len_ = chunk_len(n, grain, n_threads_);
   publish(false, count);
+  uint32_t ran = 0;
   for (;;) {
     const uint64_t w = claim_.fetch_add(1, std::memory_order_acq_rel);
-    if (word_next(w) >= word_count(w)) break;
+    if (word_next(w) >= word_count(w)) {
+      if (ran) finish(w, ran);
+      break;
+    }
     run_chunk(w, 0);
-    finish(w);
+    ++ran;
   }
   wait_done(static_cast<uint32_t>(count));
 }

@@ -3,7 +3,7 @@
 // 1..n_threads-1).
 //
 // parallel_for splits [0, n) into chunk_count(n, grain, n_threads) contiguous, grain-aligned
-// chunks — more chunks than threads, fixed by (n, grain) alone for pools of up to 16 threads,
+// chunks — more chunks than threads, fixed by (n, grain) alone for pools of up to 4 threads,
 // never by timing — and the threads CLAIM them one at a time from an atomic counter. A thread
 // that another process has descheduled just claims fewer chunks: the op does not wait for it
 // unless it is in the middle of a chunk. fn(begin, end, tid) gets the claiming thread's tid, so
@@ -49,7 +49,7 @@ class ThreadPool {
   void run_on_all(const std::function<void(int tid)>& fn);
 
   // How parallel_for cuts [0, n): chunk c is [c*len, min(n, (c+1)*len)) with len = chunk_len;
-  // chunk_count chunks. Depends on (n, grain) only while n_threads <= 16 (then on n_threads too,
+  // chunk_count chunks. Depends on (n, grain) only while n_threads <= 4 (then on n_threads too,
   // so that big pools still get several chunks per thread).
   static int64_t chunk_count(int64_t n, int64_t grain, int n_threads);
   static int64_t chunk_len(int64_t n, int64_t grain, int n_threads);
@@ -62,11 +62,12 @@ class ThreadPool {
  private:
   // claim_ word: [63:32] job sequence, [31] static job, [30:16] chunk count (or worker count
   // for a static job), [15:0] next chunk to claim.
+  static constexpr int kChunks = 16;  // for pools of up to 4 threads; 4 per thread above
   static constexpr int kMaxChunks = 1 << 14;
   void worker_loop(int tid);
   void work(int tid, uint32_t& last_static);
   void run_chunk(uint64_t word, int tid);
-  void finish(uint64_t word);
+  void finish(uint64_t word, uint32_t chunks);
   void publish(bool is_static, int64_t count);
   void wait_done(uint32_t target);
 
