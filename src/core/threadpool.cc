@@ -10,11 +10,36 @@ inline void cpu_relax() {
   __builtin_ia32_pause();
 #endif
 }
+constexpr uint64_t kStaticBit = uint64_t(1) << 31;
+inline uint32_t word_seq(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+inline bool word_static(uint64_t w) { return (w & kStaticBit) != 0; }
+inline uint32_t word_count(uint64_t w) { return static_cast<uint32_t>((w >> 16) & 0x7fff); }
+inline uint32_t word_next(uint64_t w) { return static_cast<uint32_t>(w & 0xffff); }
 }  // namespace
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+int64_t ThreadPool::chunk_count(int64_t n, int64_t grain, int n_threads) {
+  if (n <= 0) return 0;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t n_grains = (n + grain - 1) / grain;
+  // 16 chunks: a descheduled thread holds up at most the rest of one chunk (1/16 of the op);
+  // a 3072-row matmul at M = 1 (~50 µs on 2 threads) still pays only ~20 claims.
+  const int64_t target = std::max<int64_t>(kChunks, int64_t(4) * n_threads);
+  const int64_t per = (n_grains + std::min<int64_t>(target, kMaxChunks) - 1) /
+                      std::min<int64_t>(target, kMaxChunks);
+  return (n_grains + per - 1) / per;
+}
+
+int64_t ThreadPool::chunk_len(int64_t n, int64_t grain, int n_threads) {
+  const int64_t c = chunk_count(n, grain, n_threads);
+  if (c == 0) return 0;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t n_grains = (n + grain - 1) / grain;
+  return (n_grains + c - 1) / c * grain;
+}
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, std::min(n_threads, 1 << 12))) {
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
 
@@ -26,7 +51,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::worker_loop(int tid) {
-  uint32_t seen = 0;
+  uint32_t seen = 0, last_static = 0;
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
     if (g == seen) {
@@ -36,7 +61,7 @@ void ThreadPool::worker_loop(int tid) {
         g = generation_.load(std::memory_order_acquire);
       }
       while (g == seen) {
-        // Dekker pairing with run_on_all: either it sees sleepers_ > 0 and notifies, or our
+        // Dekker pairing with publish(): either it sees sleepers_ > 0 and notifies, or our
         // wait() sees the new generation and returns at once (both sides are seq_cst).
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         generation_.wait(seen, std::memory_order_seq_cst);
@@ -46,9 +71,69 @@ void ThreadPool::worker_loop(int tid) {
     }
     seen = g;
     if (stop_.load(std::memory_order_relaxed)) return;
-    (*job_)(tid);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    work(tid, last_static);
   }
+}
+
+// Claims chunks of the job in claim_ until none is left. The generation this worker woke for
+// may already be finished: claim_ then holds a newer job (its chunks are as valid to take) or a
+// finished one (nothing left to claim) — the descriptor is read only after a successful claim,
+// when the job cannot finish without us.
+void ThreadPool::work(int tid, uint32_t& last_static) {
+  uint32_t ran = 0;  // chunks of the current job run and not yet reported to done_
+  for (;;) {
+    const uint64_t w = claim_.fetch_add(1, std::memory_order_acq_rel);
+    if (word_static(w)) {
+      // A static job: run once per job, on workers 1..count (the caller is thread 0). (ran is 0
+      // here: a job is published only once every chunk of the previous one is reported.)
+      if (word_seq(w) == last_static || static_cast<uint32_t>(tid) > word_count(w)) return;
+      last_static = word_seq(w);
+      (*all_fn_)(tid);
+      finish(w, 1);
+      return;
+    }
+    if (word_next(w) >= word_count(w)) {
+      // Nothing left: report what we ran (one atomic add per thread and job, not per chunk).
+      if (ran) finish(w, ran);
+      return;
+    }
+    run_chunk(w, tid);
+    ++ran;
+  }
+}
+
+void ThreadPool::run_chunk(uint64_t w, int tid) {
+  const int64_t b = static_cast<int64_t>(word_next(w)) * len_;
+  const int64_t e = std::min(n_, b + len_);
+  (*range_fn_)(b, e, tid);
+}
+
+void ThreadPool::finish(uint64_t w, uint32_t chunks) {
+  const uint32_t d = done_.fetch_add(chunks, std::memory_order_seq_cst) + chunks;
+  // Dekker pairing with wait_done(): it sets caller_sleeping_ then re-reads done_.
+  if (d == word_count(w) && caller_sleeping_.load(std::memory_order_seq_cst)) done_.notify_all();
+}
+
+void ThreadPool::publish(bool is_static, int64_t count) {
+  ++seq_;
+  done_.store(0, std::memory_order_relaxed);
+  const uint64_t w = (static_cast<uint64_t>(seq_) << 32) | (is_static ? kStaticBit : 0) |
+                     (static_cast<uint64_t>(count) << 16);
+  claim_.store(w, std::memory_order_release);           // publishes the descriptor and done_
+  generation_.fetch_add(1, std::memory_order_seq_cst);  // wakes the workers
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+}
+
+void ThreadPool::wait_done(uint32_t target) {
+  const int spin = spin_.load(std::memory_order_relaxed);
+  for (int i = 0; i < spin; ++i) {
+    if (done_.load(std::memory_order_acquire) == target) return;
+    cpu_relax();
+  }
+  caller_sleeping_.store(1, std::memory_order_seq_cst);
+  for (uint32_t d; (d = done_.load(std::memory_order_seq_cst)) != target;)
+    done_.wait(d, std::memory_order_seq_cst);
+  caller_sleeping_.store(0, std::memory_order_relaxed);
 }
 
 void ThreadPool::run_on_all(const std::function<void(int tid)>& fn) {
@@ -56,32 +141,34 @@ void ThreadPool::run_on_all(const std::function<void(int tid)>& fn) {
     fn(0);
     return;
   }
-  job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_ and pending_
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  all_fn_ = &fn;
+  publish(true, n_threads_ - 1);
   fn(0);
-  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
-    cpu_relax();
-    if (i > (1 << 16)) std::this_thread::yield();  // a worker was descheduled (oversubscribed)
-  }
+  wait_done(static_cast<uint32_t>(n_threads_ - 1));
 }
 
 void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   if (n <= 0) return;
-  grain = std::max<int64_t>(1, grain);
-  const int64_t n_grains = (n + grain - 1) / grain;
-  const int nt = static_cast<int>(std::min<int64_t>(n_threads_, n_grains));
-  if (nt <= 1) {
+  const int64_t count = chunk_count(n, grain, n_threads_);
+  if (n_threads_ == 1 || count <= 1) {
     fn(0, n, 0);
     return;
   }
-  const int64_t per = (n_grains + nt - 1) / nt;
-  run_on_all([&](int tid) {
-    const int64_t b = std::min(n, tid * per * grain);
-    const int64_t e = std::min(n, (tid + 1) * per * grain);
-    if (b < e) fn(b, e, tid);
-  });
+  range_fn_ = &fn;
+  n_ = n;
+  len_ = chunk_len(n, grain, n_threads_);
+  publish(false, count);
+  uint32_t ran = 0;
+  for (;;) {
+    const uint64_t w = claim_.fetch_add(1, std::memory_order_acq_rel);
+    if (word_next(w) >= word_count(w)) {
+      if (ran) finish(w, ran);
+      break;
+    }
+    run_chunk(w, 0);
+    ++ran;
+  }
+  wait_done(static_cast<uint32_t>(count));
 }
 
 }  // namespace dfl

@@ -1,15 +1,27 @@
 // Persistent fork-join thread pool. Created once (per engine), reused by every op: no thread is
-// created per op. parallel_for splits [0, n) into contiguous chunks, one per thread, and the
-// calling thread does chunk 0 itself (it is thread 0; workers are 1..n_threads-1).
+// created per op and no job allocates. The calling thread takes part (it is thread 0; workers are
+// 1..n_threads-1).
 //
-// Wake-up latency: a job is published by bumping an atomic generation counter; workers spin on
-// it (with `pause`) for a while after each job — ops of a forward pass come back to back, so
-// they usually catch the next job within a microsecond — and only then sleep on the counter
-// (futex via std::atomic::wait). The caller spins until all workers have finished.
+// parallel_for splits [0, n) into chunk_count(n, grain, n_threads) contiguous, grain-aligned
+// chunks — more chunks than threads, fixed by (n, grain) alone for pools of up to 4 threads,
+// never by timing — and the threads CLAIM them one at a time from an atomic counter. A thread
+// that another process has descheduled just claims fewer chunks: the op does not wait for it
+// unless it is in the middle of a chunk. fn(begin, end, tid) gets the claiming thread's tid, so
+// `tid` still indexes per-thread scratch (a thread runs one chunk at a time). A kernel whose
+// per-element math doesn't depend on the chunk or the thread is bit-identical across runs and
+// thread counts (src/kernels/ops.h).
 //
-// Contract: fn(begin, end, tid) must not throw and must not call back into the same pool. One
-// thread at a time submits jobs. Chunking depends only on (n, grain, n_threads), so a kernel
-// whose per-element math doesn't depend on the chunk is bit-identical across runs.
+// run_on_all runs fn(tid) exactly once on each thread (static: for per-thread streams, e.g. the
+// memory-bandwidth probe); it does wait for every thread. Kernels that deal tasks round-robin
+// should use parallel_for over the task index instead (dynamic).
+//
+// Waiting, on both sides: bounded spin (`pause`) then futex sleep (std::atomic::wait). Idle
+// workers spin set_spin() iterations after each job (ops of a forward pass come back to back);
+// the caller spins at most as long for the last chunks, then sleeps until the last one is done —
+// it does not keep a core busy that a descheduled worker needs.
+//
+// Contract: fn must not throw and must not call back into the same pool. One thread at a time
+// submits jobs.
 #pragma once
 
 #include <atomic>
@@ -30,24 +42,48 @@ class ThreadPool {
   int n_threads() const { return n_threads_; }
 
   using RangeFn = std::function<void(int64_t begin, int64_t end, int tid)>;
-  // Runs fn over [0, n) split into n_threads() contiguous chunks (aligned to `grain`).
+  // Runs fn over [0, n) in chunk_count(n, grain, n_threads()) grain-aligned chunks, claimed
+  // dynamically. With one thread: fn(0, n, 0).
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
   // Runs fn(tid) once on each of the n_threads() threads.
   void run_on_all(const std::function<void(int tid)>& fn);
 
-  // How long (in `pause` iterations) an idle worker spins before sleeping. 0 = sleep at once
-  // (use when the machine is oversubscribed).
+  // How parallel_for cuts [0, n): chunk c is [c*len, min(n, (c+1)*len)) with len = chunk_len;
+  // chunk_count chunks. Depends on (n, grain) only while n_threads <= 4 (then on n_threads too,
+  // so that big pools still get several chunks per thread).
+  static int64_t chunk_count(int64_t n, int64_t grain, int n_threads);
+  static int64_t chunk_len(int64_t n, int64_t grain, int n_threads);
+
+  // How long (in `pause` iterations) an idle worker spins before sleeping, and the caller spins
+  // for the last chunks before sleeping. 0 = sleep at once (use when the machine is
+  // oversubscribed).
   void set_spin(int iterations) { spin_.store(iterations, std::memory_order_relaxed); }
 
  private:
+  // claim_ word: [63:32] job sequence, [31] static job, [30:16] chunk count (or worker count
+  // for a static job), [15:0] next chunk to claim.
+  static constexpr int kChunks = 16;  // for pools of up to 4 threads; 4 per thread above
+  static constexpr int kMaxChunks = 1 << 14;
   void worker_loop(int tid);
+  void work(int tid, uint32_t& last_static);
+  void run_chunk(uint64_t word, int tid);
+  void finish(uint64_t word, uint32_t chunks);
+  void publish(bool is_static, int64_t count);
+  void wait_done(uint32_t target);
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int)>* job_ = nullptr;  // written before generation_ is bumped
+  // Job descriptor: written by the caller before claim_ is stored (release); stable until done_
+  // reaches the job's count.
+  const RangeFn* range_fn_ = nullptr;
+  const std::function<void(int)>* all_fn_ = nullptr;
+  int64_t n_ = 0, len_ = 0;
+  uint32_t seq_ = 0;
+  alignas(64) std::atomic<uint64_t> claim_{0};
+  alignas(64) std::atomic<uint32_t> done_{0};
   alignas(64) std::atomic<uint32_t> generation_{0};
-  alignas(64) std::atomic<int> pending_{0};
   alignas(64) std::atomic<int> sleepers_{0};
+  std::atomic<int> caller_sleeping_{0};
   std::atomic<int> spin_{1 << 15};
   std::atomic<bool> stop_{false};
 };

@@ -267,15 +267,15 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   uint16_t* vp = kp + s.k_tiles() * kTile;
   const int64_t n_qt = (n_q + kQT - 1) / kQT;
   const int64_t n_tasks = n_qt * G;
-  const int nt = pool.n_threads();
   for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
     pool.parallel_for(s.n_kb, [&](int64_t b, int64_t e, int) {
       pack_kv(kv, p, s, kvh, b, e, kp, vp);
     });
-    // Tasks (query tile, head) dealt round-robin: causal work stays balanced.
-    pool.run_on_all([&](int tid) {
+    // Tasks (query tile, head), claimed in chunks dynamically: causal work stays balanced and a
+    // descheduled thread takes fewer. A task's result doesn't depend on who runs it.
+    pool.parallel_for(n_tasks, [&](int64_t t0, int64_t t1, int tid) {
       configure_tiles();
-      for (int64_t t = tid; t < n_tasks; t += nt) {
+      for (int64_t t = t0; t < t1; ++t) {
         const int64_t qt = t / G;
         const int32_t h = kvh * G + static_cast<int32_t>(t % G);
         const int64_t i0 = qt * kQT;

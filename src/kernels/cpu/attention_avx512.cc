@@ -297,14 +297,15 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   const int64_t tq = tile_queries(p), th = tile_heads(p);
   const int64_t n_qtiles = (n_q + tq - 1) / tq, n_htiles = (G + th - 1) / th;
   const int nt = pool.n_threads();
-  // Runs (query tile, head chunk, kv head) tasks for kv heads [h_begin, h_end), dealt
-  // round-robin over the threads (query-tile-major: causal work stays balanced).
+  // Runs (query tile, head chunk, kv head) tasks for kv heads [h_begin, h_end); the threads claim
+  // chunks of consecutive tasks (query-tile-major) dynamically, so causal work stays balanced and
+  // a descheduled thread takes fewer. A task's result doesn't depend on who runs it.
   auto run_tiles = [&](int32_t h_begin, int32_t h_end, auto head_view) {
     const int64_t n_heads = h_end - h_begin;
     const int64_t n_tasks = n_qtiles * n_htiles * n_heads;
-    pool.run_on_all([&](int tid) {
+    pool.parallel_for(n_tasks, [&](int64_t t0, int64_t t1, int tid) {
       const TileScratch ts = carve(work + tid * per_thread, p);
-      for (int64_t task = tid; task < n_tasks; task += nt) {
+      for (int64_t task = t0; task < t1; ++task) {
         const int64_t qt = task / (n_htiles * n_heads);
         const int64_t ht = task / n_heads % n_htiles;
         const int32_t kvh = h_begin + static_cast<int32_t>(task % n_heads);
