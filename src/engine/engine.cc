@@ -115,7 +115,8 @@ void Engine::Impl::build() {
     block = dcfg->dflash->block_size;
     lo.max_block = block;
   }
-  target = load_causal_lm(opts.model_dir, lo, *pool);
+  target = opts.load_target ? opts.load_target(opts.model_dir, lo, *pool)
+                           : load_causal_lm(opts.model_dir, lo, *pool);
   const int32_t ctx = target->max_context();
   if (dcfg) {
     auto drafter = std::make_unique<DFlashDraftModel>(opts.draft_dir, *target, lo, *pool);
@@ -133,7 +134,7 @@ void Engine::Impl::build() {
   po.max_seqs = opts.max_seqs;
   po.max_context = ctx;
   po.slack = std::max({block, chunk, 16});
-  KvPool probe_t(kv_layout(target->config()), [&] { auto p = po; p.n_blocks = 1; p.max_seqs = 1; return p; }());
+  KvPool probe_t(target->kv_layers(), [&] { auto p = po; p.n_blocks = 1; p.max_seqs = 1; return p; }());
   int64_t bpb = probe_t.bytes_per_block(), rings = probe_t.ring_bytes_per_seq();
   KvPoolOptions dpo = po;
   dpo.max_context = ctx + po.slack;
@@ -151,7 +152,7 @@ void Engine::Impl::build() {
   } else {
     po.n_blocks = dpo.n_blocks = int64_t(opts.max_seqs) * ((dpo.max_context + 15) / 16);
   }
-  target_kv = make_kv_pool(target->config(), po);
+  target_kv = std::make_unique<KvPool>(target->kv_layers(), po);
   target->attach_kv(target_kv.get());
   if (dflash) {
     draft_kv = make_kv_pool(dflash->drafter().config(), dpo);

@@ -48,6 +48,10 @@ struct EngineOptions {
   // Bench and test hook: given the engine's proposer (null without a drafter), returns the one
   // to use instead (owned by the caller; it may wrap the real one), or nullptr to keep it.
   std::function<Proposer*(Proposer* real)> wrap_proposer;
+  // Loads the target instead of load_causal_lm (e.g. the last stage of a pipeline-parallel job,
+  // dist/pipeline_lm.h); null = load_causal_lm.
+  std::function<std::unique_ptr<CausalLM>(const std::string& dir, const LoadOptions& lo, ThreadPool& pool)>
+      load_target;
 };
 
 // Aggregates for metrics (Prometheus) and progress lines.

@@ -18,7 +18,37 @@ std::unique_ptr<Checkpoint> open_checkpoint(const ModelConfig& cfg) {
 DecoderLM::DecoderLM(ModelConfig cfg, ThreadPool& pool)
     : cfg_(std::move(cfg)), ck_owned_(open_checkpoint(cfg_)), ck_(*ck_owned_), pool_(pool) {}
 
-void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::string>& ignore) {
+void DecoderLM::set_stage(const StageRange& r) {
+  const int32_t L = cfg_.n_layers;
+  const int32_t end = r.end < 0 ? L : r.end;
+  DFL_CHECK(r.begin >= 0 && r.begin < end && end <= L, "pipeline stage layers [", r.begin, ", ",
+            end, ") are not a non-empty range of the ", L, " layers");
+  begin_ = r.begin;
+  end_ = end;
+}
+
+// The layer index of an HF-style tensor name ("...layers.<i>.<rest>"), or -1.
+static int32_t layer_of_tensor(const std::string& name) {
+  for (size_t k = name.find("layers."); k != std::string::npos; k = name.find("layers.", k + 1)) {
+    if (k > 0 && name[k - 1] != '.') continue;
+    size_t i = k + 7;
+    int32_t v = 0;
+    const size_t d0 = i;
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && i - d0 < 6) v = v * 10 + (name[i++] - '0');
+    if (i > d0 && i < name.size() && name[i] == '.') return v;
+  }
+  return -1;
+}
+
+void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::string>& ignore_in) {
+  if (end_ < 0) set_stage(StageRange{});
+  DFL_ASSERT(int32_t(layers_.size()) == cfg_.n_layers);
+  std::vector<std::string> ignore = ignore_in;
+  if (begin_ > 0 || end_ < cfg_.n_layers)  // another stage's layers: left unread on purpose
+    for (const std::string& n : ck_.names())
+      if (const int32_t il = layer_of_tensor(n); il >= 0 && (il < begin_ || il >= end_) &&
+                                                  n.rfind("mtp.", 0) != 0 && n.find(".mtp.") == std::string::npos)
+        ignore.push_back(n);
   std::vector<std::pair<RopeSpec, float>> keys;
   for (int32_t il = 0; il < cfg_.n_layers; ++il) {
     AttnWeights& a = layers_[il].attn;
@@ -30,20 +60,25 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
   kv_layer_.assign(cfg_.n_layers, -1);
   for (int32_t il = 0; il < cfg_.n_layers; ++il) {
     DFL_ASSERT(layers_[il].mixer == cfg_.layers[il].mixer);
-    if (layers_[il].mixer == MixerKind::kAttention)
-      kv_layer_[il] = n_attn++;
-    else
+    // Recurrent layers keep their index among all of them (the states are sized for the whole
+    // model); KV layers are numbered within the stage (kv_layers()).
+    if (layers_[il].mixer != MixerKind::kAttention)
       layers_[il].gdn.layer = n_lin++;
+    else if (il >= begin_ && il < end_)
+      kv_layer_[il] = n_attn++;
   }
   rec_block_ = opts.max_block;
-  convert_weight(head_.lm_head, opts, owned_, &pool_);  // head_.embed stays as stored (rows are read)
+  if (has_head())
+    convert_weight(head_.lm_head, opts, owned_, &pool_);  // head_.embed stays as stored (rows are read)
+  else
+    head_.lm_head = WeightMatrix{};  // another stage's
   require_all_used(ck_, cfg_, ignore);
   max_context_ = std::min(opts.max_context, cfg_.max_position_embeddings);
   KvPoolOptions po;
   po.max_seqs = opts.n_seqs;
   po.max_context = max_context_;
   po.slack = opts.max_block;
-  own_kv_ = make_kv_pool(cfg_, po);
+  own_kv_ = std::make_unique<KvPool>(kv_layers(), po);
   attach_kv(own_kv_.get());
 }
 
@@ -56,7 +91,7 @@ void DecoderLM::attach_kv(KvPool* pool) {
 void DecoderLM::rollback_recurrent(int32_t seq, int32_t n) {
   const int32_t k = rec_->start_rollback(seq, n);
   if (k < 0) return;
-  for (int32_t il = 0; il < cfg_.n_layers; ++il)
+  for (int32_t il = begin_; il < end_; ++il)
     if (layers_[il].mixer == MixerKind::kGatedDeltaNet)
       gdn_replay(layers_[il].gdn, *cfg_.gdn, *rec_, seq, k, sc_.gdn, pool_);
   rec_->finish_rollback(seq, n);
@@ -88,8 +123,9 @@ void DecoderLM::norm_and_lm_head(const float* x, int64_t n, float* logits) {
 
 int64_t DecoderLM::weight_bytes_per_token() const {
   int64_t b = 0;
-  for (const auto& l : layers_) b += l.matrix_bytes(cfg_);
-  return b + weight_bytes(head_.lm_head) + cfg_.hidden_size * int64_t(dtype_size(head_.embed.dtype));
+  for (const auto& l : layers_) b += l.matrix_bytes(cfg_);  // (placeholders read nothing)
+  return b + weight_bytes(head_.lm_head) +
+         (embeds() ? cfg_.hidden_size * int64_t(dtype_size(head_.embed.dtype)) : 0);
 }
 
 void DecoderLM::capture_taps(const ForwardBatch& b, int32_t index, BatchOut& out) const {
@@ -108,7 +144,11 @@ void DecoderLM::capture_taps(const ForwardBatch& b, int32_t index, BatchOut& out
   }
 }
 
-void DecoderLM::forward(const ForwardBatch& b, BatchOut& out) {
+void DecoderLM::forward(const ForwardBatch& b, BatchOut& out) { forward_stage(b, nullptr, out); }
+
+void DecoderLM::forward_stage(const ForwardBatch& b, const float* x_in, BatchOut& out) {
+  DFL_CHECK(embeds() == (x_in == nullptr), embeds() ? "the first pipeline stage embeds its rows"
+                                                    : "a later pipeline stage needs its input rows");
   const int32_t H = cfg_.hidden_size;
   const int64_t V = cfg_.vocab_size;
   KvPool& kv = *kv_;
@@ -157,10 +197,14 @@ void DecoderLM::forward(const ForwardBatch& b, BatchOut& out) {
     }
   plan_.build(psegs_.data(), int32_t(psegs_.size()), ropes_);
   float* x = Scratch::ensure(x_, size_t(rows) * H);
-  for (size_t i = 0; i < b.segs.size(); ++i)
-    embed(b.segs[i].tokens, b.segs[i].n, x + size_t(out.row0[i]) * H);
-  capture_taps(b, 0, out);
-  for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+  if (x_in) {
+    std::copy_n(x_in, size_t(rows) * H, x);
+  } else {
+    for (size_t i = 0; i < b.segs.size(); ++i)
+      embed(b.segs[i].tokens, b.segs[i].n, x + size_t(out.row0[i]) * H);
+    capture_taps(b, 0, out);
+  }
+  for (int32_t il = begin_; il < end_; ++il) {
     const DecoderLayer& l = layers_[il];
     if (l.mixer == MixerKind::kGatedDeltaNet)
       gdn_sublayer(l.gdn, *cfg_.gdn, x, plan_, H, cfg_.rms_norm_eps, *rec_, sc_.gdn, pool_);
@@ -174,6 +218,7 @@ void DecoderLM::forward(const ForwardBatch& b, BatchOut& out) {
   if (rec_)
     for (const SegmentSpec& g : b.segs) rec_->end_forward(g.seq);
 
+  if (!has_head()) logit_rows = 0;  // the last stage makes them
   out.logits.resize(size_t(logit_rows) * V);
   if (!logit_rows) return;
   float* xl = Scratch::ensure(xl_, size_t(logit_rows) * H);

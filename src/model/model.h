@@ -76,6 +76,15 @@ struct ForwardOut {
 // embedding rows are still read from the stored table.
 enum class WeightsFormat : uint8_t { kAsStored, kQ8 };
 
+// A pipeline stage (dist/, docs/DISTRIBUTED.md): the decoder layers [begin, end) this process
+// holds (end < 0 = through the last). The stage holding layer 0 embeds; the one holding the
+// last layer also holds the final norm and lm_head. Other layers' tensors are not loaded and get
+// no KV.
+struct StageRange {
+  int32_t begin = 0;
+  int32_t end = -1;
+};
+
 struct LoadOptions {
   int32_t max_context = 4096;  // positions a sequence may hold (default pool)
   int32_t n_seqs = 1;          // sequences held side by side (default pool)
@@ -83,10 +92,12 @@ struct LoadOptions {
   WeightsFormat weights_format = WeightsFormat::kAsStored;
   bool prepack = true;  // kAsStored: use prepack_weight()'s layout where the machine has one
   ConfigOptions config;  // parse-time choices (model/config.h)
+  StageRange stage;      // the layers to hold (default: all)
 };
 
-// The KV layout of a model: one entry per layer (kv/kv_pool.h kv_layer_spec rule).
-std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg);
+// The KV layout of a model: one entry per attention layer in [begin, end) (end < 0 = all), by
+// the kv/kv_pool.h kv_layer_spec rule.
+std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg, int32_t begin = 0, int32_t end = -1);
 
 class CausalLM {
  public:
@@ -97,6 +108,9 @@ class CausalLM {
   // Uses `pool` (built for kv_layout(config())) from now on; the model does not own it.
   // A model with recurrent layers (re)sizes its recurrent states to the pool's slots here.
   virtual void attach_kv(KvPool* pool) = 0;
+  // The KV layout of the layers this model holds (all of them unless it is a pipeline stage):
+  // what a pool given to attach_kv must be built for.
+  virtual std::vector<KvLayerSpec> kv_layers() const { return kv_layout(config()); }
   // Rolls sequence `seq` back to its first n positions (n ≤ its length, within the last
   // forward for recurrent layers): every layer-state kind (KV, recurrent) afterwards equals the
   // state of having run those n positions only. The engine's one rollback call.

@@ -48,10 +48,12 @@ const FamilyEntry& family_of(const ModelConfig& c) {
   throw Error(str("no family entry for '", c.architecture, "'"));
 }
 
-std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg) {
+std::vector<KvLayerSpec> kv_layout(const ModelConfig& cfg, int32_t begin, int32_t end) {
   std::vector<KvLayerSpec> kvs;
-  for (const auto& l : cfg.layers)
-    if (l.mixer == MixerKind::kAttention)  // recurrent layers keep no KV (kv/recurrent_state.h)
+  const int32_t n = int32_t(cfg.layers.size());
+  for (int32_t il = std::max(0, begin); il < (end < 0 ? n : std::min(end, n)); ++il)
+    // (recurrent layers keep no KV: kv/recurrent_state.h)
+    if (const LayerSpec& l = cfg.layers[size_t(il)]; l.mixer == MixerKind::kAttention)
       kvs.push_back(kv_layer_spec(l.attn == AttnKind::kSliding, l.window, l.n_kv_heads, l.head_dim,
                                 l.v_head_dim));
   return kvs;

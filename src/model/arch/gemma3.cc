@@ -182,7 +182,7 @@ class Gemma3Model final : public DecoderLM {
     head_.final_norm = load_norm(ck_, p + "norm.weight", H, plus1);
     head_.lm_head = cfg_.tie_word_embeddings ? head_.embed : load_linear(ck_, "lm_head.weight", V, H);
     if (cfg_.tie_word_embeddings) (void)ck_.find("lm_head.weight");
-    for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+    load_layers(opts, [&](int32_t il) {
       const LayerSpec& s = cfg_.layers[il];
       const std::string q = str(p, "layers.", il, ".");
       DecoderLayer l;
@@ -203,8 +203,8 @@ class Gemma3Model final : public DecoderLM {
       f.up = load_linear(ck_, q + "mlp.up_proj.weight", I, H);
       f.down = load_linear(ck_, q + "mlp.down_proj.weight", H, I);
       convert_layer(l, opts, &pool);
-      layers_.push_back(std::move(l));
-    }
+      return l;
+    });
     // Multimodal checkpoints: the vision tower and projector are not used (text input only).
     finish_load(opts, {"vision_tower.", "model.vision_tower.", "multi_modal_projector.",
                        "model.multi_modal_projector."});

@@ -41,9 +41,10 @@ class LlamaModel final : public DecoderLM {
     } else {
       head_.lm_head = load_linear(ck_, "lm_head.weight", V, H);
     }
-    for (int32_t il = 0; il < cfg_.n_layers; ++il)
-      layers_.push_back(load_dense_layer(ck_, str("model.layers.", il, "."), cfg_.layers[il], H,
-                                         cfg_.intermediate_size, opts, &pool, /*qk_norm=*/false));
+    load_layers(opts, [&](int32_t il) {
+      return load_dense_layer(ck_, str("model.layers.", il, "."), cfg_.layers[il], H,
+                              cfg_.intermediate_size, opts, &pool, /*qk_norm=*/false);
+    });
     finish_load(opts);
   }
 };

@@ -217,10 +217,11 @@ class MiMoModel final : public DecoderLM {
     head_.final_norm = load_vector(ck_, "model.norm.weight", H);
     DFL_CHECK(!cfg_.tie_word_embeddings, "MiMo with tie_word_embeddings=true is not supported");
     head_.lm_head = load_linear_fp8(ck_, "lm_head.weight", V, H, 1, scales_, bo, bi);
-    for (int32_t il = 0; il < cfg_.n_layers; ++il) {
-      layers_.push_back(load_layer(il));
-      convert_layer(layers_.back(), opts, &pool);
-    }
+    load_layers(opts, [&](int32_t il) {
+      DecoderLayer l = load_layer(il);
+      convert_layer(l, opts, &pool);
+      return l;
+    });
     finish_load(opts, {"model.mtp.", "mtp.", "visual.", "model.visual.", "audio_encoder.",
                        "model.audio_encoder.", "speech_embeddings.", "model.speech_embeddings."});
   }

@@ -103,8 +103,7 @@ class Qwen35Model final : public DecoderLM {
     } else {
       head_.lm_head = load_linear(ck_, "lm_head.weight", V, H);
     }
-    for (int32_t il = 0; il < cfg_.n_layers; ++il)
-      layers_.push_back(load_layer(str(m, "layers.", il, "."), cfg_.layers[il], opts));
+    load_layers(opts, [&](int32_t il) { return load_layer(str(m, "layers.", il, "."), cfg_.layers[il], opts); });
     size_t skipped = 0;
     for (const auto& n : ck_.names())
       for (const auto& p : cfg_.skipped_prefixes) skipped += n.rfind(p, 0) == 0;
