@@ -6,7 +6,8 @@ BUILD   ?= build
 JOBS    ?= $(shell nproc)
 DEB_PKGS = g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
            nlohmann-json3-dev libpcre2-dev libutf8proc-dev libzip-dev libcpp-httplib-dev \
-           clang libclang-rt-14-dev curl python3-venv
+           clang libclang-rt-14-dev curl python3-venv \
+           libopenmpi-dev openmpi-bin
 DEFAULT_MODEL = tests/fixtures/default/target
 DEFAULT_DRAFT = tests/fixtures/default/draft
 

@@ -18,6 +18,7 @@
 
 #include "args.h"
 #include "bench_concurrency.h"
+#include "pipeline_cli.h"
 #include "bench_machine.h"
 #include "commands.h"
 #include "core/error.h"
@@ -31,7 +32,7 @@
 namespace dfl::cli {
 
 namespace {
-const std::vector<FlagSpec> kFlags = {
+const std::vector<FlagSpec> kFlags = with_pipeline_flags({
     {"--model", "DIR", "target model folder (config.json + safetensors)"},
     {"--draft", "DIR", "DFlash drafter: adds drafter step time, DFlash end-to-end, projections"},
     {"--threads", "N", "worker threads (default: all cores)"},
@@ -54,7 +55,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--json", "", "print one JSON object instead of the markdown report"},
     {"--json-out", "FILE", "also write the JSON object to FILE"},
     {"--help", "", "show this help"},
-};
+});
 
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
@@ -219,6 +220,8 @@ int cmd_bench(int argc, char** argv) {
     return skip.find(key) == std::string::npos;
   };
   const bool as_json = args.has("--json");
+  DFL_CHECK(!args.has("--pipeline-parallel") || args.has("--concurrency"),
+            "bench --pipeline-parallel measures the engine: it needs --concurrency");
   if (args.has("--concurrency")) {
     ConcurrencyBench cb;
     cb.engine.model_dir = args.str("--model");
@@ -227,6 +230,8 @@ int cmd_bench(int argc, char** argv) {
     cb.engine.weights_format = wfmt;
     cb.engine.prepack = lo.prepack;
     cb.engine.calibrate = auto_block;
+    add_pipeline_target(args, cb.engine);
+    if (run_pipeline_worker(args, threads)) return 0;  // a stage of `mpirun ... --pipeline-parallel N`
     cb.levels = parse_ints(args.str("--concurrency"), "--concurrency");
     cb.tokens = tg;
     cb.repeats = R;

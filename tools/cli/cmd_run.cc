@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/mmap.h"
 #include "engine/engine.h"
+#include "pipeline_cli.h"
 #include "run_common.h"
 
 namespace dfl::cli {
@@ -119,6 +120,7 @@ int cmd_run(int argc, char** argv) {
   DFL_CHECK(!(args.has("--chat") && args.has("--prompt-ids")), "--chat needs a text prompt");
 
   EngineOptions eo = engine_options(args);
+  if (run_pipeline_worker(args, eo.threads)) return 0;  // a stage of `mpirun ... --pipeline-parallel N`
   if (!args.has("--batch") && !args.has("--max-seqs")) eo.max_seqs = 1;
   Request req = request_defaults(args);
   req.trace = args.has("--trace");

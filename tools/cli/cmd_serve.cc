@@ -10,12 +10,14 @@
 #include "args.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/threadpool.h"
+#include "pipeline_cli.h"
 #include "server/server.h"
 
 namespace dfl::cli {
 
 namespace {
-const std::vector<FlagSpec> kFlags = {
+const std::vector<FlagSpec> kFlags = with_pipeline_flags({
     {"--model", "DIR", "target model folder (config.json + safetensors + tokenizer.json)"},
     {"--draft", "DIR", "DFlash drafter folder, or ngram[:N] (prompt lookup): speculative decoding "
                        "for every request (a request turns it off with \"speculative\": "
@@ -41,7 +43,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--http-threads", "N", "connections served at once (default max(64, 4 x max-seqs) + 8)"},
     {"--quiet", "", "no per-request log lines"},
     {"--help", "", "show this help"},
-};
+});
 
 int64_t parse_bytes(const std::string& flag, const std::string& v) {
   DFL_CHECK(!v.empty(), flag, " needs a size");
@@ -101,6 +103,8 @@ int cmd_serve(int argc, char** argv) {
   if (wfmt == "q8") eo.weights_format = WeightsFormat::kQ8;
   eo.prepack = wfmt != "stored";
   eo.default_enable_thinking = args.has("--think");
+  add_pipeline_target(args, eo);
+  if (run_pipeline_worker(args, eo.threads > 0 ? eo.threads : hardware_threads())) return 0;
 
   so.host = args.str("--host", "127.0.0.1");
   so.port = static_cast<int>(args.integer("--port", 8080));

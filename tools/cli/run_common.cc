@@ -6,11 +6,12 @@
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "model/config_json.h"
+#include "pipeline_cli.h"
 
 namespace dfl::cli {
 
 const std::vector<FlagSpec>& engine_flags() {
-  static const std::vector<FlagSpec> f = {
+  static const std::vector<FlagSpec> f = with_pipeline_flags({
       {"--model", "DIR", "target model folder (config.json + safetensors + tokenizer.json)"},
       {"--draft", "DIR", "DFlash drafter folder: enables speculative decoding"},
       {"--threads", "N", "worker threads (default: all cores)"},
@@ -22,7 +23,7 @@ const std::vector<FlagSpec>& engine_flags() {
                            "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
       {"--window-edge", "E", "MiMo sliding layers keep W keys (w, default: HF/vLLM) or W+1 "
                              "(w+1: SGLang's reading)"},
-  };
+  });
   return f;
 }
 
@@ -67,6 +68,7 @@ EngineOptions engine_options(const Args& args) {
   const bool auto_block = args.str("--block-size") == "auto";
   DFL_CHECK(!auto_block || args.has("--draft"), "--block-size auto needs --draft");
   eo.calibrate = auto_block;
+  add_pipeline_target(args, eo);
   return eo;
 }
 

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Pipeline parallel over MPI (docs/DISTRIBUTED.md): `mpirun --oversubscribe -np N dflash run
+# --pipeline-parallel N` must print exactly the tokens of the single-process run, for target-only
+# and DFlash runs (every drafter style in tests/fixtures), greedy and seeded sampling, one request
+# and a batch (ragged segments, chunked prefill), on 2 and 3 ranks.
+# Usage: pipeline_test.sh BUILD_DIR   (exit 77 = skipped: no mpirun or a build without MPI)
+set -u
+B=${1:?build dir}
+DF="$B/dflash"
+command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
+"$DF" run --help | grep -q -- --pipeline-parallel || { echo "SKIP: no --pipeline-parallel"; exit 77; }
+if ! "$DF" run --model tests/fixtures/default/target --prompt-ids 1 --max-tokens 1 --pipeline-parallel 1 \
+     >/dev/null 2>/tmp/dfl_pp_probe.$$; then
+  grep -q "built without MPI" /tmp/dfl_pp_probe.$$ && { rm -f /tmp/dfl_pp_probe.$$; echo "SKIP: built without MPI"; exit 77; }
+fi
+rm -f /tmp/dfl_pp_probe.$$
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader \
+       OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+PROMPT=$(seq -s, 3 45)  # 43 tokens: several prefill chunks with --max-batch-tokens 16
+
+# check NAME NP MODEL DRAFT|- EXTRA-FLAGS...
+check() {
+  local name=$1 np=$2 model=$3 draft=$4
+  shift 4
+  local dflag=()
+  [ "$draft" != - ] && dflag=(--draft "$draft")
+  local common=(run --model "$model" "${dflag[@]}" --threads 1 --max-tokens 24 --ignore-eos "$@")
+  "$DF" "${common[@]}" > "$T/one" 2> "$T/one.err" || { echo "FAIL $name: single run failed"; cat "$T/one.err"; fail=1; return; }
+  timeout 180 mpirun -np "$np" "$DF" "${common[@]}" --pipeline-parallel "$np" --pp-timeout 60 \
+      > "$T/pp" 2> "$T/pp.err" || { echo "FAIL $name: mpirun -np $np failed"; tail -20 "$T/pp.err"; fail=1; return; }
+  # The token ids (and drafted ids) are compared, not the timing fields of --json.
+  python3 - "$T/one" "$T/pp" <<'PY' || { echo "FAIL $name (np $np): tokens differ"; fail=1; return; }
+import json, sys
+def ids(p):
+    out = []
+    for line in open(p):
+        line = line.strip()
+        if line.startswith("{"):
+            j = json.loads(line)
+            # with --trace, "cycles" holds the drafted ids per cycle: they depend on the relayed taps
+            out.append((j.get("id"), j["token_ids"], j.get("cycles")))
+    return sorted(out, key=lambda x: str(x[0]))
+a, b = ids(sys.argv[1]), ids(sys.argv[2])
+sys.exit(0 if a and a == b and all(len(t) > 0 for _, t, _ in a) else 1)
+PY
+  grep -q "^\[pp\] $np stages" "$T/pp.err" || { echo "FAIL $name: no pipeline summary"; fail=1; return; }
+  echo "ok   $name (np $np)"
+}
+
+cat > "$T/batch.jsonl" <<EOF2
+{"id": "a", "prompt_ids": [$PROMPT], "max_tokens": 20}
+{"id": "b", "prompt_ids": [5, 6, 7], "max_tokens": 28}
+{"id": "c", "prompt_ids": [9, 8, 7, 6, 5, 4, 3], "max_tokens": 12, "temperature": 0.8, "seed": 7}
+EOF2
+
+DEF=tests/fixtures/default
+for np in 2 3; do
+  check "default target-only T=0"      $np $DEF/target - --prompt-ids "$PROMPT" --json --max-batch-tokens 16
+  check "default DFlash T=0"           $np $DEF/target $DEF/draft --prompt-ids "$PROMPT" --json --max-batch-tokens 16 --trace
+  check "default DFlash T=0.9 seed"    $np $DEF/target $DEF/draft --prompt-ids 1,2,3,4 --json --temperature 0.9 --seed 11
+  check "default target-only T=1 seed" $np $DEF/target - --prompt-ids 1,2,3,4 --json --temperature 1 --seed 3
+  check "default DFlash batch of 3"    $np $DEF/target $DEF/draft --batch "$T/batch.jsonl" --max-seqs 3 --max-batch-tokens 16
+  check "zlab_full (sharded) DFlash"   $np tests/fixtures/qwen3/sharded tests/fixtures/dflash/zlab_full/draft --prompt-ids "$PROMPT" --json --trace
+  check "mimo_style (sharded) DFlash"  $np tests/fixtures/qwen3/sharded tests/fixtures/dflash/mimo_style/draft --prompt-ids "$PROMPT" --json --trace
+  check "MiMo flash_split + drafter"   $np tests/fixtures/mimo/flash_split tests/fixtures/mimo/dflash/draft --prompt-ids "$PROMPT" --json --trace
+  check "Qwen3.5 hybrid + drafter"     $np tests/fixtures/qwen35/flat_untied tests/fixtures/qwen35/flat_untied_draft --prompt-ids 1,2,3,4,5 --json --trace
+done
+check "dflash2_noncausal (gqa4_yarn)"  2 tests/fixtures/qwen3/gqa4_yarn tests/fixtures/dflash/dflash2_noncausal/draft --prompt-ids "$PROMPT" --json --trace
+check "mixed_swa (tied_gqa2)"          2 tests/fixtures/qwen3/tied_gqa2 tests/fixtures/dflash/mixed_swa/draft --prompt-ids "$PROMPT" --json --trace
+check "uneven --pp-layers 3,1"         2 $DEF/target $DEF/draft --prompt-ids "$PROMPT" --json --pp-layers 3,1 --trace
+check "n-gram proposer"                3 $DEF/target ngram --prompt-ids 1,2,3,1,2,3,1,2 --json
+exit $fail
