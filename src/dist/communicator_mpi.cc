@@ -1,6 +1,7 @@
 // Communicator over MPI (compiled when CMake found MPI).
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -35,6 +36,8 @@ void on_exit() {
   if (!g_live) return;
   std::fprintf(stderr, "dflash[rank %d]: exiting before the pipeline finished: aborting the job\n", g_rank);
   std::fflush(stderr);
+  std::signal(SIGALRM, SIG_DFL);
+  alarm(5);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -47,14 +50,43 @@ extern "C" void on_term(int sig) {
   _exit(1);
 }
 
-// Polls `done` until it returns true or the deadline passes (timeout_s < 0: never). Spins
-// briefly, then sleeps with a growing pause (up to 1 ms) so idle ranks leave the cores free.
+// The watchdog: a thread outside MPI that ends this process when a bounded wait overruns its
+// deadline by 2 s, for the case where a wait never returns to check its own timeout (a call
+// stuck inside MPI, e.g. on shared memory a stopped peer holds). mpirun then ends the others.
+std::atomic<double> g_deadline{0};  // steady-clock seconds; 0 = no bounded wait in progress
+std::atomic<int> g_peer{-1};
+
+double steady_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void start_watchdog() {
+  std::thread([] {
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const double d = g_deadline.load(std::memory_order_relaxed);
+      if (d > 0 && steady_s() > d) {
+        char msg[200];
+        const int n = std::snprintf(msg, sizeof msg,
+                                    "dflash[rank %d]: stuck waiting for rank %d past --pp-timeout: "
+                                    "ending this rank (the job ends with it)\n", g_rank, g_peer.load());
+        if (n > 0) (void)!write(2, msg, size_t(n));
+        _exit(1);
+      }
+    }
+  }).detach();
+}
+
+// Polls `done` until it returns true or the deadline passes (timeout_s < 0: never). For the
+// first 2 ms it polls back to back, yielding the core between polls (a step's message usually
+// comes within that); then it sleeps between polls with a pause growing to 1 ms, so an idle rank
+// (a worker waiting for requests, a stage waiting for the others) leaves the cores free.
 template <class Done>
 bool wait_until(Done&& done, double timeout_s, double& waited) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  int spins = 0;
-  auto pause = std::chrono::microseconds(20);
+  if (timeout_s >= 0) g_deadline.store(steady_s() + timeout_s + 2.0, std::memory_order_relaxed);
+  auto pause = std::chrono::microseconds(50);
   bool ok = false;
   while (true) {
     if (done()) {
@@ -63,11 +95,14 @@ bool wait_until(Done&& done, double timeout_s, double& waited) {
     }
     const double el = std::chrono::duration<double>(Clock::now() - t0).count();
     if (timeout_s >= 0 && el > timeout_s) break;
-    if (++spins > 200) {
+    if (el < 2e-3) {
+      std::this_thread::yield();
+    } else {
       std::this_thread::sleep_for(pause);
       if (pause < std::chrono::microseconds(1000)) pause *= 2;
     }
   }
+  g_deadline.store(0, std::memory_order_relaxed);
   waited += std::chrono::duration<double>(Clock::now() - t0).count();
   return ok;
 }
@@ -93,6 +128,7 @@ Communicator& Communicator::world() {
     std::atexit(on_exit);
     std::signal(SIGTERM, on_term);
     std::signal(SIGINT, on_term);
+    start_watchdog();
     return w;
   }();
   return *c;
@@ -101,6 +137,7 @@ Communicator& Communicator::world() {
 void Communicator::send(int dst, int tag, const void* data, size_t bytes, double timeout_s) {
   DFL_CHECK(!finished_, "MPI send after the end of the job");
   DFL_CHECK(bytes <= size_t(INT32_MAX), "rank ", rank_, ": a message of ", bytes, " bytes is too large");
+  g_peer = dst;
   MPI_Request req;
   check(MPI_Isend(data, int(bytes), MPI_BYTE, dst, tag, MPI_COMM_WORLD, &req), "send", dst);
   int code = MPI_SUCCESS;
@@ -121,6 +158,7 @@ void Communicator::send(int dst, int tag, const void* data, size_t bytes, double
 
 void Communicator::recv(int src, int tag, std::vector<uint8_t>& out, double timeout_s) {
   DFL_CHECK(!finished_, "MPI receive after the end of the job");
+  g_peer = src;
   MPI_Status st;
   int code = MPI_SUCCESS;
   const bool ok = wait_until([&] {
@@ -135,7 +173,19 @@ void Communicator::recv(int src, int tag, std::vector<uint8_t>& out, double time
   int n = 0;
   check(MPI_Get_count(&st, MPI_BYTE, &n), "count", src);
   out.resize(size_t(n));
-  check(MPI_Recv(out.data(), n, MPI_BYTE, src, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "receive", src);
+  // The body may still be on its way (a large message, or a sender that stopped mid-transfer):
+  // the receive is bounded too.
+  MPI_Request req;
+  check(MPI_Irecv(out.data(), n, MPI_BYTE, src, tag, MPI_COMM_WORLD, &req), "receive", src);
+  const bool got = wait_until([&] {
+    int flag = 0;
+    code = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    return code != MPI_SUCCESS || flag;
+  }, timeout_s < 0 ? 120.0 : timeout_s, wait_s_);
+  check(code, "receive", src);
+  if (!got)
+    throw Error(str("rank ", rank_, ": receiving ", n, " bytes from rank ", src, " timed out (rank ",
+                    src, " stopped mid-message?)"));
 }
 
 void Communicator::finish() {
@@ -145,10 +195,18 @@ void Communicator::finish() {
   MPI_Finalize();
 }
 
+// MPI_Abort can block when several ranks abort at once; SIGALRM (default action: terminate)
+// then ends this process anyway, and mpirun ends the others on seeing it die.
+void arm_exit_watchdog() {
+  std::signal(SIGALRM, SIG_DFL);
+  alarm(5);
+}
+
 void Communicator::abort(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
   g_live = false;
+  arm_exit_watchdog();
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }

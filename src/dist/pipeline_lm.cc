@@ -90,6 +90,17 @@ int64_t PipelineLM::weight_bytes_per_token() const { return stage_->weight_bytes
 
 void PipelineLM::forward(const ForwardBatch& b, BatchOut& out) {
   DFL_CHECK(!b.segs.empty(), "empty forward pass");
+  // Once the command is out the ranks only stay in step if the forward completes: any failure
+  // after that point ends the job (with the reason on this rank's stderr).
+  try {
+    forward_all(b, out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dflash[rank %d]: %s: aborting every rank\n", comm_.rank(), e.what());
+    comm_.abort(1);
+  }
+}
+
+void PipelineLM::forward_all(const ForwardBatch& b, BatchOut& out) {
   DFL_CHECK(!remote_len_.empty(), "pipeline: forward before attach_kv");
   if (steps_ == 0) t_start_ = now_s();
   StepCommand c;

@@ -61,6 +61,7 @@ class PipelineLM final : public CausalLM {
 
  private:
   void send_all(const StepCommand& c);
+  void forward_all(const ForwardBatch& batch, BatchOut& out);
 
   std::unique_ptr<CausalLM> owned_;
   DecoderLM* stage_;
