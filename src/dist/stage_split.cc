@@ -56,6 +56,36 @@ WeightBytes weight_bytes_of(const Checkpoint& ck, const ModelConfig& cfg) {
   return w;
 }
 
+WeightBytes estimate_weight_bytes(const ModelConfig& cfg) {
+  double wb = cfg.torch_dtype == "float32" ? 4.0 : 2.0;
+  if (cfg.mimo && cfg.mimo->fp8)
+    wb = 1.0 + 4.0 / (double(cfg.mimo->fp8_block_out) * double(cfg.mimo->fp8_block_in));
+  const double H = cfg.hidden_size;
+  WeightBytes w;
+  for (const LayerSpec& l : cfg.layers) {
+    double p = 0;
+    if (l.mixer == MixerKind::kAttention) {
+      const double q = double(l.n_heads) * l.head_dim * (l.out_gate ? 2 : 1);
+      p += H * (q + double(l.n_kv_heads) * (l.head_dim + l.v_head_dim)) + double(l.n_heads) * l.v_head_dim * H;
+    } else if (cfg.gdn) {
+      const GdnSpec& g = *cfg.gdn;
+      p += H * (double(g.conv_dim()) + g.value_dim() + 2.0 * g.n_v_heads) + double(g.value_dim()) * H;
+    }
+    if (l.moe && cfg.moe) {
+      const MoESpec& m = *cfg.moe;
+      p += double(m.n_routed_experts) * 3.0 * H * m.moe_intermediate_size + H * m.n_routed_experts +
+           (m.shared_intermediate_size > 0 ? 3.0 * H * m.shared_intermediate_size + H : 0.0);
+    } else {
+      p += 3.0 * H * cfg.intermediate_size;
+    }
+    w.layer.push_back(int64_t(p * wb));
+  }
+  w.embed = int64_t(double(cfg.vocab_size) * H * 2.0);
+  w.tied = cfg.tie_word_embeddings;
+  w.lm_head = w.embed;
+  return w;
+}
+
 std::vector<StageRange> split_by_bytes(const WeightBytes& w, int32_t n) {
   const int32_t L = int32_t(w.layer.size());
   DFL_CHECK(n >= 1 && n <= L, "--pipeline-parallel ", n, " needs 1..", L,

@@ -28,6 +28,11 @@ struct WeightBytes {
   int64_t total() const;
 };
 WeightBytes weight_bytes_of(const Checkpoint& ck, const ModelConfig& cfg);
+// The same from config.json alone (published configs without weights): matrix parameters per
+// layer (attention or Gated DeltaNet projections, dense FFN or every expert + router + shared
+// expert) at the stored width — FP8 (+ its block scales) when quantization_config says so, else
+// torch_dtype (bf16: 2 bytes) — and the embedding / lm_head at 2 bytes. Norms are left out.
+WeightBytes estimate_weight_bytes(const ModelConfig& cfg);
 
 // n_stages contiguous ranges covering [0, n_layers): balanced by bytes, or from "a,b,..." counts.
 std::vector<StageRange> split_by_bytes(const WeightBytes& w, int32_t n_stages);

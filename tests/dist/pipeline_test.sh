@@ -56,10 +56,26 @@ cat > "$T/batch.jsonl" <<EOF2
 {"id": "c", "prompt_ids": [9, 8, 7, 6, 5, 4, 3], "max_tokens": 12, "temperature": 0.8, "seed": 7}
 EOF2
 
+# traffic NAME NP DRAFT|-: the bytes per row rank 0 sent in the last run (its [pp] line) equal what
+# `dflash inspect --pipeline-parallel` computes for that boundary (every row of a DFlash request
+# carries taps, so it is the verify-row figure there).
+traffic() {
+  local name=$1 np=$2 draft=$3 dflag=() key=sends_per_target_row
+  [ "$draft" != - ] && { dflag=(--draft "$draft"); key=sends_per_verify_row; }
+  local want got
+  want=$("$DF" inspect $DEF/target --pipeline-parallel "$np" "${dflag[@]}" --json |
+         python3 -c "import json,sys; print(json.load(sys.stdin)['pipeline']['ranks'][0]['$key'])")
+  got=$(sed -n 's/^\[pp\] rank 0: .*(\([0-9.]*\) per row).*/\1/p' "$T/pp.err")
+  if [ "${got%.0}" = "$want" ]; then echo "ok   $name: rank 0 sent $want B per row, as inspect says"
+  else echo "FAIL $name: rank 0 sent '$got' B per row, inspect says $want"; fail=1; fi
+}
+
 DEF=tests/fixtures/default
 for np in 2 3; do
   check "default target-only T=0"      $np $DEF/target - --prompt-ids "$PROMPT" --json --max-batch-tokens 16
+  traffic "target-only traffic (np $np)" $np -
   check "default DFlash T=0"           $np $DEF/target $DEF/draft --prompt-ids "$PROMPT" --json --max-batch-tokens 16 --trace
+  traffic "DFlash traffic (np $np)"      $np $DEF/draft
   check "default DFlash T=0.9 seed"    $np $DEF/target $DEF/draft --prompt-ids 1,2,3,4 --json --temperature 0.9 --seed 11
   check "default target-only T=1 seed" $np $DEF/target - --prompt-ids 1,2,3,4 --json --temperature 1 --seed 3
   check "default DFlash batch of 3"    $np $DEF/target $DEF/draft --batch "$T/batch.jsonl" --max-seqs 3 --max-batch-tokens 16

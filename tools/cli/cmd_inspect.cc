@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "inspect_pipeline.h"
 #include "core/error.h"
 #include "core/mmap.h"
 #include "model/config.h"
@@ -21,6 +22,10 @@ const std::vector<FlagSpec> kFlags = {
     {"--json", "", "print one JSON object"},
     {"--context", "N", "context length for the KV-memory figures (default 4096)"},
     {"--block-size", "B", "speculative block size: the rollback slack of sliding rings (default 16)"},
+    {"--pipeline-parallel", "N", "also print the N-stage pipeline split: layers, weight and KV bytes per "
+                                 "rank, bytes per token across the stage boundaries"},
+    {"--pp-layers", "A,B,...", "with --pipeline-parallel: layers per stage (default: split by weight bytes)"},
+    {"--draft", "DIR", "with --pipeline-parallel: the DFlash drafter whose taps ride the relay"},
     {"--help", "", "show this help"},
 };
 
@@ -172,7 +177,17 @@ int cmd_inspect(int argc, char** argv) {
   const int64_t slack = args.integer("--block-size", 16);
   DFL_CHECK(slack > 0 && slack <= 256, "--block-size must be in [1, 256]");
   const ModelConfig c = load_model_config(args.positional()[0]);
-  const auto j = describe(c, context, static_cast<int32_t>(slack));
+  auto j = describe(c, context, static_cast<int32_t>(slack));
+  if (args.has("--pipeline-parallel")) {
+    PipelineInspect pi;
+    pi.n_stages = int32_t(args.integer("--pipeline-parallel", 2));
+    pi.layer_counts = args.str("--pp-layers");
+    if (args.has("--draft")) pi.draft = load_model_config(args.str("--draft"));
+    DFL_CHECK(!pi.draft || pi.draft->dflash, "--draft: '", args.str("--draft"), "' is not a DFlash drafter");
+    pi.context = context;
+    pi.slack = int32_t(slack);
+    j["pipeline"] = pipeline_plan(c, pi);
+  }
   if (args.has("--json")) {
     std::cout << j.dump() << "\n";
     return 0;
@@ -222,6 +237,10 @@ int cmd_inspect(int argc, char** argv) {
   }
   if (j.contains("moe") && !j.contains("mimo")) std::cout << "MoE: " << j["moe"].dump() << "\n";
   if (j.contains("mimo")) std::cout << "MiMo: " << j["mimo"].dump() << "\nMoE: " << j["moe"].dump() << "\n";
+  if (j.contains("pipeline")) {
+    std::cout.flush();
+    print_pipeline_plan(j["pipeline"]);
+  }
   return 0;
 }
 
