@@ -88,4 +88,38 @@ check "dflash2_noncausal (gqa4_yarn)"  2 tests/fixtures/qwen3/gqa4_yarn tests/fi
 check "mixed_swa (tied_gqa2)"          2 tests/fixtures/qwen3/tied_gqa2 tests/fixtures/dflash/mixed_swa/draft --prompt-ids "$PROMPT" --json --trace
 check "uneven --pp-layers 3,1"         2 $DEF/target $DEF/draft --prompt-ids "$PROMPT" --json --pp-layers 3,1 --trace
 check "n-gram proposer"                3 $DEF/target ngram --prompt-ids 1,2,3,1,2,3,1,2 --json
+# The server path: one /v1/completions request (token-id prompt, T = 0) through `dflash serve`
+# alone and under `mpirun -np 2 ... --pipeline-parallel 2` gives the same completion.
+serve_one() {  # serve_one OUT NP: starts the server (NP 1 = no mpirun), sends the request, stops it
+  local out=$1 np=$2 pid port="" i
+  local args=(serve --model $DEF/target --draft $DEF/draft --threads 1 --port 0 --quiet)
+  if [ "$np" = 1 ]; then "$DF" "${args[@]}" > /dev/null 2> "$T/serve.err" &
+  else mpirun -np "$np" "$DF" "${args[@]}" --pipeline-parallel "$np" > /dev/null 2> "$T/serve.err" &
+  fi
+  pid=$!
+  for i in $(seq 1 300); do
+    port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$T/serve.err" | head -1)
+    [ -n "$port" ] && grep -q '^\[serve\] ready' "$T/serve.err" && break
+    sleep 0.1
+  done
+  curl -sf -m 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": [5, 6, 7, 8], "max_tokens": 20, "temperature": 0, "ignore_eos": true}' > "$out" || echo "{}" > "$out"
+  kill -TERM $pid 2>/dev/null
+  wait $pid 2>/dev/null
+}
+if command -v curl >/dev/null; then
+  serve_one "$T/serve1" 1
+  serve_one "$T/serve2" 2
+  if python3 - "$T/serve1" "$T/serve2" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ta, tb = a["choices"][0]["text"], b["choices"][0]["text"]
+sys.exit(0 if ta and ta == tb and a["usage"] == b["usage"] else 1)
+PY
+  then echo "ok   serve: one completion through mpirun -np 2 equals the single process"
+  else echo "FAIL serve: completions differ or failed"; head -c 400 "$T/serve1" "$T/serve2"; tail -5 "$T/serve.err"; fail=1
+  fi
+else
+  echo "note: curl not found: the serve check is skipped"
+fi
 exit $fail
