@@ -88,6 +88,10 @@ check "dflash2_noncausal (gqa4_yarn)"  2 tests/fixtures/qwen3/gqa4_yarn tests/fi
 check "mixed_swa (tied_gqa2)"          2 tests/fixtures/qwen3/tied_gqa2 tests/fixtures/dflash/mixed_swa/draft --prompt-ids "$PROMPT" --json --trace
 check "uneven --pp-layers 3,1"         2 $DEF/target $DEF/draft --prompt-ids "$PROMPT" --json --pp-layers 3,1 --trace
 check "n-gram proposer"                3 $DEF/target ngram --prompt-ids 1,2,3,1,2,3,1,2 --json
+check "q8 weights DFlash"              2 $DEF/target $DEF/draft --prompt-ids "$PROMPT" --json --weights q8 --trace
+# auto block sizes: calibration moves the KV directly (caught up by the next command); the
+# drafts depend on timing, the T = 0 tokens do not
+check "block-size auto (calibration)"  2 $DEF/target $DEF/draft --prompt-ids "$PROMPT" --json --block-size auto
 # The server path: one /v1/completions request (token-id prompt, T = 0) through `dflash serve`
 # alone and under `mpirun -np 2 ... --pipeline-parallel 2` gives the same completion.
 serve_one() {  # serve_one OUT NP: starts the server (NP 1 = no mpirun), sends the request, stops it
