@@ -18,7 +18,7 @@ namespace dfl::dist {
 namespace {
 
 bool g_live = false;  // MPI initialised and not finished
-int g_rank = 0;
+int g_rank = 0, g_size = 1;
 
 std::string mpi_error(int code) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -34,6 +34,11 @@ void check(int code, const char* what, int peer) {
 
 void on_exit() {
   if (!g_live) return;
+  if (g_size == 1) {  // no peer waits on this process
+    g_live = false;
+    MPI_Finalize();
+    return;
+  }
   std::fprintf(stderr, "dflash[rank %d]: exiting before the pipeline finished: aborting the job\n", g_rank);
   std::fflush(stderr);
   std::signal(SIGALRM, SIG_DFL);
@@ -124,6 +129,7 @@ Communicator& Communicator::world() {
     MPI_Comm_rank(MPI_COMM_WORLD, &w->rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &w->size_);
     g_rank = w->rank_;
+    g_size = w->size_;
     g_live = true;
     std::atexit(on_exit);
     std::signal(SIGTERM, on_term);
