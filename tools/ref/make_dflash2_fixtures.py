@@ -18,6 +18,7 @@ Writes
   tests/fixtures/dflash2/<name>/draft/    checkpoint + config.json in the published dialect
   tests/fixtures/dflash2/<name>/golden.safetensors, meta.json   (qwen3 targets: two draft cycles)
   tests/fixtures/dflash2/qwen35_flat/draft/   random drafter for the tiny Qwen3.5 target (no golden)
+  tests/fixtures/configs/Qwen3.8-27B-DFlash2/config.json   the published drafter config
 
 speculators pins torch<=2.14.1 / transformers<=5.19; the modules used here run unchanged on the
 venv of tools/requirements.txt (torch 2.15, transformers 5.24). Install the package and the
@@ -322,7 +323,7 @@ def make_qwen35_drafter(md) -> None:
     """Random z-lab-dialect DFlash2 drafter for tests/fixtures/qwen35/flat_untied (hidden 48)."""
     tcfg = fc.json.loads((fc.FIXTURES / "qwen35" / "flat_untied" / "config.json").read_text())
     tc = tcfg.get("text_config", tcfg)
-    spec = dict(dialect="z-lab", layers=2, taps=[1, 3], block=8, hidden=tc["hidden_size"], conv_k=2, group=16,
+    spec = dict(dialect="z-lab", layers=2, taps=[1, 3], block=16, hidden=tc["hidden_size"], conv_k=2, group=16,
                 rank=16, top_k=4, multiplier=1.0, softcap=None,
                 cfg={"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4,
                      "use_sliding_window": True, "rope_theta": 10000.0})
@@ -334,13 +335,39 @@ def make_qwen35_drafter(md) -> None:
                                          "dialect": "z-lab", "golden_reference": None, "seed": 9301})
 
 
+# z-lab/Qwen3.8-27B-DFlash2 config.json as published (ECOSYSTEM-2026-12.md §1.2; the field values
+# quoted verbatim in public loaders' tests): configs only, no weights.
+QWEN38_DFLASH2 = {
+    "architectures": ["DFlash2DraftModel"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": None, "is_causal": False,
+    "dflash_config": {"block_size": 8, "conv_group_size": 16, "conv_kernel_size": 2, "mask_token_id": 248070,
+                      "selector_rank": 256, "selector_top_k": 16, "target_layer_ids": [5, 19, 33, 47, 61]},
+    "dtype": "bfloat16", "eos_token_id": 248044, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+    "initializer_range": 0.02, "intermediate_size": 17408, "layer_types": ["sliding_attention"] * 5,
+    "max_position_embeddings": 262144, "max_window_layers": 5, "model_type": "qwen3",
+    "num_attention_heads": 32, "num_hidden_layers": 5, "num_key_value_heads": 8, "num_target_layers": 64,
+    "pad_token_id": 248044, "rms_norm_eps": 1e-06,
+    "rope_parameters": {"rope_theta": 10000000, "rope_type": "default"}, "sliding_window": 2048,
+    "tie_word_embeddings": False, "transformers_version": "5.15.0", "use_cache": True,
+    "use_sliding_window": True, "vocab_size": 248320,
+}
+
+
+def write_published_configs() -> None:
+    folder = fc.FIXTURES / "configs" / "Qwen3.8-27B-DFlash2"
+    folder.mkdir(parents=True, exist_ok=True)
+    fc.write_json(folder / "config.json", QWEN38_DFLASH2)
+
+
 def main() -> None:
     fc.setup_determinism()
     md = ensure_speculators()
     tok = fc.build_tokenizer()
-    names = sys.argv[1:] or list(DRAFTS) + ["qwen35_flat"]
+    names = sys.argv[1:] or list(DRAFTS) + ["qwen35_flat", "configs"]
     for name in names:
-        if name == "qwen35_flat":
+        if name == "configs":
+            write_published_configs()
+        elif name == "qwen35_flat":
             make_qwen35_drafter(md)
         else:
             make_golden_fixture(md, tok, name, DRAFTS[name])
