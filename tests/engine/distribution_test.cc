@@ -274,5 +274,28 @@ TEST(SamplingDistribution, Qwen35SpeculativeMatchesTargetDistribution) {
   EXPECT_LT(acc_s, dr_s);
 }
 
+// T > 0 with DFlash2 drafters (model/dflash2_draft.h): drafts sampled from the candidate
+// selector's softmax over its K candidates, q = that distribution (zero elsewhere); the outputs
+// follow the target's distribution on a Qwen3 and on a Qwen3.5 hybrid target.
+TEST(SamplingDistribution, DFlash2SpeculativeMatchesTargetDistribution) {
+  const std::pair<const char*, const char*> cases[] = {{"qwen3/sharded", "dflash2/zlab_swa/draft"},
+                                                       {"qwen35/flat_untied", "dflash2/qwen35_flat/draft"}};
+  for (const auto& [t, d] : cases) {
+    SpecSetup s(test::fixture(t), test::fixture(d), 0.25f);
+    ASSERT_NE(s.dflash->drafter().dflash2(), nullptr);
+    s.sp.temperature = 1.0f;
+    s.sp.top_k = 4;
+    const auto exact = s.exact();
+    const int N = 3000;
+    int64_t acc = 0, dr = 0;
+    const auto spec = s.run_generator(s.dflash.get(), N, 900001, &acc, &dr);
+    const auto c = test::chi2_gof(spec, exact, N);
+    std::printf("[T>0 dflash2] %s: chi2 %.1f TV %.3f (accepted %lld/%lld), reject > %.1f\n", d, c.stat,
+                test::total_variation(spec, exact, N), (long long)acc, (long long)dr, c.threshold);
+    EXPECT_FALSE(c.reject()) << d;
+    EXPECT_GT(dr, 0) << d;
+  }
+}
+
 }  // namespace
 }  // namespace dfl

@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "common/golden.h"
 #include "common/models.h"
+#include "common/stats.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/dflash_draft.h"
@@ -227,6 +229,63 @@ TEST(DFlash2Config, InconsistentConfigsRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("conv_group_size"), std::string::npos) << e.what();
   }
+}
+
+
+// At T > 0 the proposer's drafts are draws from the q rows it reports (the condition for exact
+// rejection sampling): χ² of (first, second) drafted tokens over N proposals against
+// q_1(t1) · q_2(t2 | t1) as reported; the same counts against the unary-only softmax (the
+// selector's transition term dropped) must be rejected.
+TEST(DFlash2Sampling, ProposerDrawsFromTheQItReports) {
+  Pair p("zlab_swa");
+  Golden g(p.dir + "/golden.safetensors");
+  const auto taps = g.f32("taps");
+  const int32_t n = p.meta.at("n_prompt").get<int32_t>();
+  const int32_t anchor = g.i32("c1_block_ids")[0];
+  p.proposer->add_context(0, taps.data(), n, 0);
+  const int64_t V = p.target->config().vocab_size;
+  SamplingParams hot;
+  hot.temperature = 3.0f;  // spreads the selector's peaked q over more candidates
+  Rng rng(7);
+  std::map<std::pair<int32_t, int32_t>, int64_t> pairs;
+  std::map<std::pair<int32_t, int32_t>, double> joint;
+  std::map<int32_t, int64_t> firsts;
+  std::vector<float> q1;
+  const int N = 4000;
+  Draft d;
+  for (int i = 0; i < N; ++i) {
+    p.proposer->propose(0, anchor, n, 2, hot, rng, d);
+    ASSERT_EQ(d.probs.size(), size_t(2 * V));
+    if (q1.empty()) q1.assign(d.probs.begin(), d.probs.begin() + V);
+    ASSERT_TRUE(std::equal(q1.begin(), q1.end(), d.probs.begin())) << "row 1 depends only on the anchor";
+    const int32_t t1 = d.tokens[0], t2 = d.tokens[1];
+    ++pairs[{t1, t2}];
+    ++firsts[t1];
+    if (!joint.count({t1, -1})) {
+      joint[{t1, -1}] = 0;  // marker: t1's row 2 recorded
+      for (int64_t t = 0; t < V; ++t)
+        if (d.probs[V + t] > 0) joint[{t1, int32_t(t)}] = double(q1[t1]) * d.probs[V + t];
+    }
+  }
+  for (auto it = joint.begin(); it != joint.end();) it = it->first.second < 0 ? joint.erase(it) : std::next(it);
+  // Pairs whose t1 never came up carry the rest of the mass: one pooled bin.
+  double seen = 0;
+  for (const auto& [k, v] : joint) seen += v;
+  joint[{-1, -1}] = std::max(0.0, 1.0 - seen);
+  const auto c = test::chi2_gof(pairs, joint, N);
+  EXPECT_FALSE(c.reject()) << "chi2 " << c.stat << " > " << c.threshold;
+  // Teeth: the unary-only distribution of the first token.
+  const auto unary = g.f32("c1_unary");
+  const auto cand = g.i32("c1_candidates");
+  const int32_t K = p.draft->dflash2()->spec().selector_top_k;
+  std::map<int32_t, double> uq;
+  double z = 0;
+  for (int32_t k = 0; k < K; ++k) z += std::exp(double(unary[cand[k]]) / hot.temperature);
+  for (int32_t k = 0; k < K; ++k) uq[cand[k]] = std::exp(double(unary[cand[k]]) / hot.temperature) / z;
+  const auto cu = test::chi2_gof(firsts, uq, N);
+  EXPECT_TRUE(cu.reject()) << "chi2 vs unary-only " << cu.stat;
+  std::printf("[dflash2 T=3] drafts vs reported q: chi2 %.1f (df %d, reject > %.1f); vs unary-only softmax: "
+              "chi2 %.1f\n", c.stat, c.df, c.threshold, cu.stat);
 }
 
 }  // namespace
