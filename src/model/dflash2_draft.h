@@ -112,7 +112,6 @@ class DFlash2Parts {
   WeightMatrix pred_, succ_;   // [V, r] as stored (rows read on demand)
   OwnedWeights owned_;
   mutable std::vector<float> prev_row_, succ_rows_;
-  mutable std::vector<int32_t> order_;
 };
 
 }  // namespace dfl

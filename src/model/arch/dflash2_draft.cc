@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "core/error.h"
 #include "model/config_json.h"
@@ -164,14 +163,22 @@ void DFlash2Parts::score(const float* logits, int64_t V, const float* proj_row, 
   const int32_t K = spec_.selector_top_k, r = spec_.selector_rank;
   DFL_CHECK(prev >= 0 && prev < pred_.n_out, "DFlash2 selector: predecessor token ", prev,
             " is outside the codebook (", pred_.n_out, " rows)");
-  // Top-K of the raw logits (the transform is monotone), by decreasing value, lower id on ties.
-  order_.resize(size_t(V));
-  std::iota(order_.begin(), order_.end(), 0);
-  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(order_.begin(), order_.begin() + K, order_.end(), better);
-  out.ids.assign(order_.begin(), order_.begin() + K);
-  out.unary.resize(size_t(K));
-  for (int32_t k = 0; k < K; ++k) out.unary[k] = logits[out.ids[k]];
+  // Top-K of the raw logits (the transform is monotone), by decreasing value, lower id on ties:
+  // one pass keeping the K best in order (a later equal value goes after the earlier id).
+  out.ids.clear();
+  out.unary.clear();
+  for (int64_t i = 0; i < V; ++i) {
+    const float v = logits[i];
+    if (int32_t(out.ids.size()) == K && !(v > out.unary.back())) continue;
+    size_t at = out.unary.size();
+    while (at > 0 && out.unary[at - 1] < v) --at;
+    out.unary.insert(out.unary.begin() + at, v);
+    out.ids.insert(out.ids.begin() + at, int32_t(i));
+    if (int32_t(out.ids.size()) > K) {
+      out.unary.pop_back();
+      out.ids.pop_back();
+    }
+  }
   transform(out.unary.data(), K);
   // context[r] = pred[prev, r] · proj[r]; score_k = unary_k + ⟨context, succ[cand_k]⟩
   float* pr = Scratch::ensure(prev_row_, size_t(r));
