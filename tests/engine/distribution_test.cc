@@ -252,28 +252,6 @@ TEST(SamplingDistribution, SpeculativeMatchesTargetDistribution) {
   EXPECT_TRUE(c_all_d.reject());
 }
 
-// T > 0 on a Qwen3.5 hybrid target (recurrent states rolled back after every rejection): the
-// speculative outputs follow the target's distribution (DFlash and the often-accepted self-draft).
-TEST(SamplingDistribution, Qwen35SpeculativeMatchesTargetDistribution) {
-  SpecSetup s(test::fixture("qwen35/flat_untied"), test::fixture("qwen35/flat_untied_draft"), 0.25f);
-  s.sp.temperature = 1.0f;
-  s.sp.top_k = 4;
-  const auto exact = s.exact();
-  const int N = 3000;
-  int64_t acc_d = 0, dr_d = 0, acc_s = 0, dr_s = 0;
-  const auto spec = s.run_generator(s.dflash.get(), N, 700001, &acc_d, &dr_d);
-  const auto self = s.run_generator(s.self.get(), N, 800001, &acc_s, &dr_s);
-  const auto c_spec = test::chi2_gof(spec, exact, N);
-  const auto c_self = test::chi2_gof(self, exact, N);
-  std::printf("[T>0 qwen35] DFlash chi2 %.1f (accepted %lld/%lld) | self-draft chi2 %.1f "
-              "(accepted %lld/%lld), reject > %.1f\n", c_spec.stat, (long long)acc_d,
-              (long long)dr_d, c_self.stat, (long long)acc_s, (long long)dr_s, c_spec.threshold);
-  EXPECT_FALSE(c_spec.reject());
-  EXPECT_FALSE(c_self.reject());
-  EXPECT_GT(acc_s, dr_s / 5);
-  EXPECT_LT(acc_s, dr_s);
-}
-
 // T > 0 with DFlash2 drafters (model/dflash2_draft.h): drafts sampled from the candidate
 // selector's softmax over its K candidates, q = that distribution (zero elsewhere); the outputs
 // follow the target's distribution on a Qwen3 and on a Qwen3.5 hybrid target.
@@ -295,6 +273,28 @@ TEST(SamplingDistribution, DFlash2SpeculativeMatchesTargetDistribution) {
     EXPECT_FALSE(c.reject()) << d;
     EXPECT_GT(dr, 0) << d;
   }
+}
+
+// T > 0 on a Qwen3.5 hybrid target (recurrent states rolled back after every rejection): the
+// speculative outputs follow the target's distribution (DFlash and the often-accepted self-draft).
+TEST(SamplingDistribution, Qwen35SpeculativeMatchesTargetDistribution) {
+  SpecSetup s(test::fixture("qwen35/flat_untied"), test::fixture("qwen35/flat_untied_draft"), 0.25f);
+  s.sp.temperature = 1.0f;
+  s.sp.top_k = 4;
+  const auto exact = s.exact();
+  const int N = 3000;
+  int64_t acc_d = 0, dr_d = 0, acc_s = 0, dr_s = 0;
+  const auto spec = s.run_generator(s.dflash.get(), N, 700001, &acc_d, &dr_d);
+  const auto self = s.run_generator(s.self.get(), N, 800001, &acc_s, &dr_s);
+  const auto c_spec = test::chi2_gof(spec, exact, N);
+  const auto c_self = test::chi2_gof(self, exact, N);
+  std::printf("[T>0 qwen35] DFlash chi2 %.1f (accepted %lld/%lld) | self-draft chi2 %.1f "
+              "(accepted %lld/%lld), reject > %.1f\n", c_spec.stat, (long long)acc_d,
+              (long long)dr_d, c_self.stat, (long long)acc_s, (long long)dr_s, c_spec.threshold);
+  EXPECT_FALSE(c_spec.reject());
+  EXPECT_FALSE(c_self.reject());
+  EXPECT_GT(acc_s, dr_s / 5);
+  EXPECT_LT(acc_s, dr_s);
 }
 
 }  // namespace
