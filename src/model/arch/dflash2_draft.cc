@@ -105,6 +105,11 @@ DFlash2Parts::DFlash2Parts(const Checkpoint& ck, const std::string& prefix, cons
       H_(cfg.hidden_size),
       conv_(cfg.hidden_size, std::max(1, spec_.conv_kernel_size), std::max(1, spec_.conv_group_size)) {
   const int32_t H = cfg.hidden_size, B = cfg.dflash->block_size;
+  // speculators' DFlash2 requires the verifier's full vocabulary (the selector's codebooks and the
+  // candidates are target ids); so does this.
+  DFL_CHECK(cfg.dflash->draft_vocab_size == 0 || cfg.dflash->draft_vocab_size == cfg.vocab_size,
+            "DFlash2 drafter with draft_vocab_size ", cfg.dflash->draft_vocab_size, " != vocab_size ",
+            cfg.vocab_size, ": DFlash2 needs the full verifier vocabulary");
   if (spec_.has_conv()) {
     const int32_t k = spec_.conv_kernel_size, gs = spec_.conv_group_size;
     DFL_CHECK(H % gs == 0, "config: DFlash2 conv_group_size ", gs, " does not divide hidden_size ", H);
