@@ -67,7 +67,7 @@ DRAFTS = {
     # aux_hidden_state_layer_ids (= target layer + 1), conv / selector keys, full-attention layers
     # (bidirectional), a 3-tap kernel and group 8; no multiplier / softcap.
     "speculators_full": dict(
-        target="untied_gqa1", dialect="speculators", layers=2, taps=[0, 1], block=6, seed=9201,
+        target="untied_gqa1", dialect="speculators", layers=2, taps=[0, 1], block=16, seed=9201,
         conv_k=3, group=8, rank=8, top_k=6, multiplier=1.0, softcap=None,
         cfg={"layer_types": ["full_attention"] * 2, "rope_theta": 10000.0},
     ),
