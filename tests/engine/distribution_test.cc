@@ -272,6 +272,17 @@ TEST(SamplingDistribution, DFlash2SpeculativeMatchesTargetDistribution) {
                 test::total_variation(spec, exact, N), (long long)acc, (long long)dr, c.threshold);
     EXPECT_FALSE(c.reject()) << d;
     EXPECT_GT(dr, 0) << d;
+    // Teeth: a verifier that accepts every DFlash2 draft is told apart.
+    const SamplingParams sp = s.sp;
+    const int64_t V = s.V;
+    auto accept_all = [&](const int32_t*, int32_t n, const float* l, const float*, Rng& rng) {
+      std::vector<float> p;
+      sampling_probs(l + int64_t(n) * V, V, sp, p);
+      return VerifyResult{n, sample_from(p.data(), V, rng)};
+    };
+    const int M = 2000;
+    const auto m_all = s.run_manual(*s.dflash, accept_all, M, 950001);
+    EXPECT_TRUE(test::chi2_gof(m_all, exact, M).reject()) << d;
   }
 }
 
