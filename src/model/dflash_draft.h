@@ -18,6 +18,9 @@
 // matmul and one K/V projection per layer over all of them), then every job's block (one
 // forward over all blocks, one lm_head matmul over all drafted rows). Every op is row-invariant,
 // so a job's drafts do not depend on what else is in the batch.
+//
+// DFlash2 drafters (model/dflash2_draft.h) are this class with a DFlash2Parts: its convolutions
+// wrap every block sublayer; its candidate selector is applied by the proposer.
 #pragma once
 
 #include <memory>

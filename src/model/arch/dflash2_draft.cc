@@ -90,7 +90,10 @@ void DynamicConv::apply(float* x, int32_t rows, int32_t side) {
         const float* src = x + (r - tap) * H_;
         const float* b = base + size_t(tap) * H_;
         const float* d = dyn + size_t(tap) * G;
-        for (int64_t c = 0; c < H_; ++c) o[c] += (b[c] + d[c / gs_]) * src[c];
+        for (int64_t gi = 0; gi < G; ++gi) {  // one dynamic coefficient per group of gs channels
+          const float dg = d[gi];
+          for (int64_t c = gi * gs_, e = c + gs_; c < e; ++c) o[c] += (b[c] + dg) * src[c];
+        }
       }
     }
   }
