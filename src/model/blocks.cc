@@ -160,7 +160,7 @@ void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32
 
 void attention_sublayer(const AttnWeights& w, const LayerSpec& s, float* x, const StepPlan& plan,
                         int32_t H, float eps, KvPool& kv, int32_t il, Scratch& sc,
-                        ThreadPool& pool) {
+                        ThreadPool& pool, SublayerWrap* wrap) {
   const int32_t R = plan.n_rows();
   const int64_t nq = int64_t(s.n_heads) * s.head_dim, nk = int64_t(s.n_kv_heads) * s.head_dim,
                 nv = int64_t(s.n_kv_heads) * s.v_head_dim, no = int64_t(s.n_heads) * s.v_head_dim;
@@ -170,6 +170,7 @@ void attention_sublayer(const AttnWeights& w, const LayerSpec& s, float* x, cons
   float* v = Scratch::ensure(sc.v, size_t(R) * nv);
   float* o = Scratch::ensure(sc.o, size_t(R) * no);
   ops::rms_norm(x, w.norm.data(), R, H, eps, a, &pool);
+  if (wrap) wrap->input(a, R);
   project_qkv(w, s, a, R, plan.cos(w.rope), plan.sin(w.rope), eps, q, k, v, sc, pool);
   for (const PlanSegment& g : plan.segments()) {
     kv.write(g.seq, il, g.pos0, g.n, k + size_t(g.row0) * nk, v + size_t(g.row0) * nv);
@@ -183,16 +184,18 @@ void attention_sublayer(const AttnWeights& w, const LayerSpec& s, float* x, cons
   }
   ops::matmul(o, R, w.o, a, pool);  // [R, H]
   if (!w.post_norm.empty()) ops::rms_norm(a, w.post_norm.data(), R, H, eps, a, &pool);
+  if (wrap) wrap->output(a, R);
   ops::add_inplace(x, a, int64_t(R) * H, &pool);
 }
 
 void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t R, Scratch& sc,
-                  ThreadPool& pool) {
+                  ThreadPool& pool, SublayerWrap* wrap) {
   const int32_t H = cfg.hidden_size;
   const float eps = cfg.rms_norm_eps;
   float* a = Scratch::ensure(sc.a, size_t(R) * H);
   float* y = Scratch::ensure(sc.y, size_t(R) * H);
   ops::rms_norm(x, w.norm.data(), R, H, eps, a, &pool);
+  if (wrap) wrap->input(a, R);
   if (w.kind == FfnKind::kMoE) {
     moe_forward(w.moe, *cfg.moe, a, R, H, y, sc.moe, pool);
     if (w.sh_gate.data) {
@@ -227,6 +230,7 @@ void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t
     ops::matmul(g, R, w.down, y, pool);  // [R, H]
   }
   if (!w.post_norm.empty()) ops::rms_norm(y, w.post_norm.data(), R, H, eps, y, &pool);
+  if (wrap) wrap->output(y, R);
   ops::add_inplace(x, y, int64_t(R) * H, &pool);
 }
 

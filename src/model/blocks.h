@@ -11,6 +11,8 @@
 //   model/weights.h load_norm; the other token mixer, Gated DeltaNet, is model/gdn.h)
 //   ffn:        norm → SwiGLU | GeGLU | MoE (+ optional gated shared expert) → optional post norm →
 //               residual add
+//   (an optional SublayerWrap rewrites the normed input and the output before the residual add:
+//   DFlash2's dynamic convolutions, model/dflash2_draft.h)
 #pragma once
 
 #include <string>
@@ -126,13 +128,24 @@ void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32
                  const float* cos, const float* sin, float eps, float* q_out, float* k_out,
                  float* v_out, Scratch& sc, ThreadPool& pool);
 
+// An optional transform around a sublayer's inner computation (DFlash2's dynamic convolutions,
+// model/dflash2_draft.h): input() rewrites the normed input a [R, H] in place before the
+// projections; output() rewrites the sublayer's output [R, H] (after any post norm) in place
+// before the residual add.
+class SublayerWrap {
+ public:
+  virtual ~SublayerWrap() = default;
+  virtual void input(float* a, int32_t rows) = 0;
+  virtual void output(float* y, int32_t rows) = 0;
+};
+
 // x [R, H] += attention sublayer (file comment) for the plan's rows, K/V written to `kv` layer il.
 void attention_sublayer(const AttnWeights& w, const LayerSpec& s, float* x, const StepPlan& plan,
                         int32_t hidden, float eps, KvPool& kv, int32_t il, Scratch& sc,
-                        ThreadPool& pool);
+                        ThreadPool& pool, SublayerWrap* wrap = nullptr);
 
 // x [R, H] += ffn sublayer (file comment).
 void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t rows, Scratch& sc,
-                  ThreadPool& pool);
+                  ThreadPool& pool, SublayerWrap* wrap = nullptr);
 
 }  // namespace dfl

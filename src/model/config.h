@@ -35,6 +35,19 @@ struct LayerSpec {
   bool moe = false;
 };
 
+// DFlash2 additions (DFLASH-SPEC §6; model/dflash2_draft.h): keys from dflash_config, else the
+// speculators top level. 0 = the part is absent.
+struct DFlash2Spec {
+  int32_t conv_kernel_size = 0;   // taps of each grouped dynamic causal convolution
+  int32_t conv_group_size = 0;    // hidden channels sharing one dynamic coefficient
+  int32_t selector_rank = 0;      // candidate selector codebook rank r
+  int32_t selector_top_k = 0;     // unary candidates the selector re-ranks
+  float output_multiplier = 1.0f;     // unary logits × this, before the softcap
+  float final_logit_softcap = 0.0f;   // > 0: unary = cap·tanh(unary / cap)
+  bool has_conv() const { return conv_kernel_size > 0; }
+  bool has_selector() const { return selector_rank > 0; }
+};
+
 // DFlash drafter keys (dflash_config first, then top level).
 struct DFlashSpec {
   int32_t block_size = 16;
@@ -54,6 +67,7 @@ struct DFlashSpec {
   int32_t draft_vocab_size = 0;       // > 0: the drafter's own reduced-vocabulary lm_head (d2t)
   bool sample_from_anchor = false;    // DSpark-style: the anchor slot predicts the first draft
   std::optional<bool> causal;         // dflash_config.causal / !sliding_window_non_causal
+  std::optional<DFlash2Spec> v2;      // DFlash2DraftModel / speculators dflash2
 };
 
 struct MoESpec {

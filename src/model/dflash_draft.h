@@ -18,6 +18,9 @@
 // matmul and one K/V projection per layer over all of them), then every job's block (one
 // forward over all blocks, one lm_head matmul over all drafted rows). Every op is row-invariant,
 // so a job's drafts do not depend on what else is in the batch.
+//
+// DFlash2 drafters (model/dflash2_draft.h) are this class with a DFlash2Parts: its convolutions
+// wrap every block sublayer; its candidate selector is applied by the proposer.
 #pragma once
 
 #include <memory>
@@ -31,6 +34,7 @@
 #include "kv/kv_pool.h"
 #include "model/blocks.h"
 #include "model/config.h"
+#include "model/dflash2_draft.h"
 #include "model/model.h"
 
 namespace dfl {
@@ -60,11 +64,15 @@ class DFlashDraftModel {
   const ModelConfig& config() const { return cfg_; }
   const DFlashSpec& dflash() const { return *cfg_.dflash; }
   KvPool& kv() { return *kv_; }
+  ThreadPool& pool() { return pool_; }
   void attach_kv(KvPool* pool) { kv_ = pool; }
   // Target aux indices to capture, in fc input order (target_layer_id + 1 each).
   const std::vector<int32_t>& target_aux_indices() const { return aux_; }
   bool has_mask_embedding() const { return !mask_embedding_.empty(); }
   const std::string& mask_embedding_path() const { return mask_embedding_path_; }
+  // DFlash2's convolutions (applied inside run()) and candidate selector (used by the proposer);
+  // null for a plain DFlash drafter.
+  const DFlash2Parts* dflash2() const { return v2_.get(); }
 
   // Runs the jobs (file comment). logits: for each job with a block, its rows 1..n_block−1 in job
   // order → [Σ (n_block − 1), vocab]. `hidden` (optional): the final-normed rows of every block
@@ -99,6 +107,7 @@ class DFlashDraftModel {
   std::vector<float> mask_embedding_;  // [H] or empty
   std::string mask_embedding_path_;
   std::vector<int32_t> aux_;
+  std::unique_ptr<DFlash2Parts> v2_;   // DFlash2 drafters only
   std::unique_ptr<KvPool> own_kv_;
   KvPool* kv_ = nullptr;
   StepPlan plan_;

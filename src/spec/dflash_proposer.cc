@@ -47,13 +47,53 @@ void DFlashProposer::propose_batch(const std::vector<ProposeJob>& jobs) {
     d.n_block = j.n_draft ? j.n_draft + 1 : 0;
     b += size_t(d.n_block);
   }
-  drafter_->run(jobs_, target_, logits_);
+  const DFlash2Parts* v2 = drafter_->dflash2();
+  const bool selector = v2 && v2->spec().has_selector();
+  drafter_->run(jobs_, target_, logits_, selector ? &hidden_ : nullptr);
   const int64_t V = target_.config().vocab_size;
-  size_t row = 0;
+  const int32_t H = drafter_->config().hidden_size;
+  size_t row = 0, hrow = 0;
   for (const ProposeJob& j : jobs) {
     if (!j.n_draft) continue;
-    pick(j, logits_.data() + row * size_t(V));
+    float* lg = logits_.data() + row * size_t(V);
+    if (selector)
+      pick_selected(j, lg, hidden_.data() + (hrow + 1) * size_t(H));  // rows 1.. of the block
+    else {
+      if (v2) v2->transform(lg, int64_t(j.n_draft) * V);  // DFlash2 without a selector
+      pick(j, lg);
+    }
     row += size_t(j.n_draft);
+    hrow += size_t(j.n_draft) + 1;
+  }
+}
+
+// DFlash2: walk the candidate selector from the anchor (model/dflash2_draft.h); each row's
+// predecessor is the token drafted for the row before. At T > 0 the draft distribution is the
+// selector's softmax over its K candidates (zero elsewhere), so rejection sampling stays exact.
+void DFlashProposer::pick_selected(const ProposeJob& j, const float* logits, const float* hidden) {
+  const DFlash2Parts& v2 = *drafter_->dflash2();
+  const int64_t V = target_.config().vocab_size;
+  const int32_t r = v2.spec().selector_rank;
+  Draft& out = *j.out;
+  out.tokens.resize(size_t(j.n_draft));
+  proj_.resize(size_t(j.n_draft) * r);
+  v2.project(hidden, j.n_draft, proj_.data(), drafter_->pool());
+  const bool greedy = j.params->greedy();
+  if (greedy) out.probs.clear();
+  else out.probs.assign(size_t(j.n_draft) * V, 0.0f);
+  int32_t prev = j.anchor;
+  for (int32_t k = 0; k < j.n_draft; ++k) {
+    v2.score(logits + k * V, V, proj_.data() + size_t(k) * r, prev, sel_);
+    int32_t c;
+    if (greedy) {
+      c = DFlash2Parts::best(sel_);
+    } else {
+      DFlash2Parts::distribution(sel_, j.params->temperature, q_);
+      float* qrow = out.probs.data() + size_t(k) * V;
+      for (size_t i = 0; i < sel_.ids.size(); ++i) qrow[sel_.ids[i]] = q_[i];
+      c = sample_from(q_.data(), int64_t(q_.size()), *j.rng);
+    }
+    out.tokens[k] = prev = sel_.ids[c];
   }
 }
 

@@ -28,12 +28,15 @@ class DFlashProposer final : public Proposer {
  private:
   // Drafts of job j from its logits rows [n_draft, vocab].
   void pick(const ProposeJob& j, const float* logits);
+  // DFlash2 drafts of job j through the candidate selector; hidden [n_draft, H] drafted rows.
+  void pick_selected(const ProposeJob& j, const float* logits, const float* hidden);
 
   std::unique_ptr<DFlashDraftModel> drafter_;
   CausalLM& target_;
   std::vector<DraftJob> jobs_;
   std::vector<int32_t> blocks_;   // every job's [anchor, MASK × n_draft]
-  std::vector<float> logits_, q_;
+  std::vector<float> logits_, q_, hidden_, proj_;
+  SelectorRow sel_;
 };
 
 }  // namespace dfl

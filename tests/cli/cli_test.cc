@@ -197,6 +197,29 @@ TEST(Cli, InspectWorksOnAConfigOnlyFolder) {
   EXPECT_TRUE(jm["dflash"]["mask_embedding"].is_string());
 }
 
+// The published Qwen3.8-27B-DFlash2 drafter: DFlash2 layout (conv + selector sizes), symmetric
+// sliding windows of 2048 (top-level is_causal false), the tap table.
+TEST(Cli, InspectShowsDFlash2Layout) {
+  const Proc p = run_dflash("inspect " + fixture("configs/Qwen3.8-27B-DFlash2") + " --json");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  const auto j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j["architecture"], "DFlash2DraftModel");
+  const auto& v = j["dflash"]["dflash2"];
+  ASSERT_TRUE(v.is_object()) << p.out;
+  EXPECT_EQ(v["conv_kernel_size"], 2);
+  EXPECT_EQ(v["conv_groups"], 320);
+  EXPECT_EQ(v["selector_rank"], 256);
+  EXPECT_EQ(v["selector_top_k"], 16);
+  EXPECT_EQ(v["selector_params"], 256LL * (5120 + 2 * 248320));
+  EXPECT_EQ(j["dflash"]["taps"][4]["aux_index"], 62);
+  EXPECT_EQ(j["layers"][0]["window"], nlohmann::json({2047, 2047}));
+  EXPECT_EQ(j["layers"][0]["causal"], false);
+  const Proc t = run_dflash("inspect " + fixture("configs/Qwen3.8-27B-DFlash2"));
+  EXPECT_NE(t.out.find("DFlash2: grouped dynamic causal conv"), std::string::npos) << t.out;
+  const Proc z = run_dflash("inspect " + fixture("dflash/zlab_full/draft") + " --json");
+  EXPECT_TRUE(nlohmann::json::parse(z.out)["dflash"]["dflash2"].is_null());
+}
+
 TEST(Cli, ImpossibleConfigsAreRefused) {
   auto inspect_with = [](const nlohmann::json& cfg) {
     TempDir t;

@@ -35,6 +35,8 @@ std::vector<Family> families() {
   v.push_back({"qwen35_flat", test::fixture("qwen35/flat_untied"),
                test::fixture("qwen35/flat_untied_draft")});
   v.push_back({"qwen35_nested", test::fixture("qwen35/nested_tied"), ""});
+  // DFlash2 (convolutions per job's block, the selector per job's rows of a batched pass).
+  v.push_back({"dflash2_zlab_swa", test::fixture("qwen3/sharded"), test::fixture("dflash2/zlab_swa/draft")});
   return v;
 }
 

@@ -252,6 +252,40 @@ TEST(SamplingDistribution, SpeculativeMatchesTargetDistribution) {
   EXPECT_TRUE(c_all_d.reject());
 }
 
+// T > 0 with DFlash2 drafters (model/dflash2_draft.h): drafts sampled from the candidate
+// selector's softmax over its K candidates, q = that distribution (zero elsewhere); the outputs
+// follow the target's distribution on a Qwen3 and on a Qwen3.5 hybrid target.
+TEST(SamplingDistribution, DFlash2SpeculativeMatchesTargetDistribution) {
+  const std::pair<const char*, const char*> cases[] = {{"qwen3/sharded", "dflash2/zlab_swa/draft"},
+                                                       {"qwen35/flat_untied", "dflash2/qwen35_flat/draft"}};
+  for (const auto& [t, d] : cases) {
+    SpecSetup s(test::fixture(t), test::fixture(d), 0.25f);
+    ASSERT_NE(s.dflash->drafter().dflash2(), nullptr);
+    s.sp.temperature = 1.0f;
+    s.sp.top_k = 4;
+    const auto exact = s.exact();
+    const int N = 3000;
+    int64_t acc = 0, dr = 0;
+    const auto spec = s.run_generator(s.dflash.get(), N, 900001, &acc, &dr);
+    const auto c = test::chi2_gof(spec, exact, N);
+    std::printf("[T>0 dflash2] %s: chi2 %.1f TV %.3f (accepted %lld/%lld), reject > %.1f\n", d, c.stat,
+                test::total_variation(spec, exact, N), (long long)acc, (long long)dr, c.threshold);
+    EXPECT_FALSE(c.reject()) << d;
+    EXPECT_GT(dr, 0) << d;
+    // Teeth: a verifier that accepts every DFlash2 draft is told apart.
+    const SamplingParams sp = s.sp;
+    const int64_t V = s.V;
+    auto accept_all = [&](const int32_t*, int32_t n, const float* l, const float*, Rng& rng) {
+      std::vector<float> p;
+      sampling_probs(l + int64_t(n) * V, V, sp, p);
+      return VerifyResult{n, sample_from(p.data(), V, rng)};
+    };
+    const int M = 2000;
+    const auto m_all = s.run_manual(*s.dflash, accept_all, M, 950001);
+    EXPECT_TRUE(test::chi2_gof(m_all, exact, M).reject()) << d;
+  }
+}
+
 // T > 0 on a Qwen3.5 hybrid target (recurrent states rolled back after every rejection): the
 // speculative outputs follow the target's distribution (DFlash and the often-accepted self-draft).
 TEST(SamplingDistribution, Qwen35SpeculativeMatchesTargetDistribution) {

@@ -32,6 +32,13 @@ std::vector<PairDef> all_pairs() {
   // Qwen3.5 hybrid target (Gated DeltaNet + gated attention): rollback of recurrent states.
   v.push_back({"qwen35_flat", test::fixture("qwen35/flat_untied"),
                test::fixture("qwen35/flat_untied_draft")});
+  // DFlash2 drafters (convolutions + candidate selector), both config dialects; the Qwen3.5 one
+  // and the speculators one have block 16 (block sizes 1..16).
+  for (const char* n : {"zlab_swa", "speculators_full", "qwen35_flat"}) {
+    const auto meta = test::read_json(test::fixture(std::string("dflash2/") + n + "/meta.json"));
+    v.push_back({std::string("dflash2_") + n, test::repo_root() + "/" + meta.at("target").get<std::string>(),
+                 test::fixture(std::string("dflash2/") + n + "/draft")});
+  }
   return v;
 }
 

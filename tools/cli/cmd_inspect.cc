@@ -89,6 +89,27 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
     dj["attention_value_scale"] = d.attention_value_scale;
     dj["backbone_rotary_base"] = d.backbone_rotary_base ? nlohmann::ordered_json(*d.backbone_rotary_base)
                                                         : nlohmann::ordered_json(nullptr);
+    if (d.v2) {  // DFlash2 (model/dflash2_draft.h)
+      const DFlash2Spec& v = *d.v2;
+      nlohmann::ordered_json v2;
+      v2["conv_kernel_size"] = v.conv_kernel_size;
+      v2["conv_group_size"] = v.conv_group_size;
+      v2["conv_groups"] = v.has_conv() ? c.hidden_size / v.conv_group_size : 0;
+      v2["selector_rank"] = v.selector_rank;
+      v2["selector_top_k"] = v.selector_top_k;
+      v2["output_multiplier"] = v.output_multiplier;
+      v2["final_logit_softcapping"] = v.final_logit_softcap > 0 ? nlohmann::ordered_json(v.final_logit_softcap)
+                                                                 : nlohmann::ordered_json(nullptr);
+      // Per-layer conv weights and the two [V, r] codebooks the selector reads rows of.
+      v2["conv_params_per_layer"] = v.has_conv() ? 2 * (2 * int64_t(v.conv_kernel_size) * c.hidden_size +
+                                                        2 * int64_t(v.conv_kernel_size) *
+                                                            (c.hidden_size / v.conv_group_size) * c.hidden_size)
+                                                 : 0;
+      v2["selector_params"] = v.has_selector() ? int64_t(v.selector_rank) * (c.hidden_size + 2 * int64_t(c.vocab_size)) : 0;
+      dj["dflash2"] = v2;
+    } else {
+      dj["dflash2"] = nullptr;
+    }
     j["dflash"] = dj;
   } else {
     j["dflash"] = nullptr;
@@ -205,6 +226,15 @@ int cmd_inspect(int argc, char** argv) {
     for (const auto& t : d["taps"])
       std::cout << "  tap " << t["tap"] << ": target layer " << t["target_layer"] << " -> aux "
                 << t["aux_index"] << "\n";
+    if (!d["dflash2"].is_null()) {
+      const auto& v = d["dflash2"];
+      std::cout << "DFlash2: grouped dynamic causal conv around attention and MLP (kernel "
+                << v["conv_kernel_size"] << ", group " << v["conv_group_size"] << " -> " << v["conv_groups"]
+                << " groups, " << v["conv_params_per_layer"] << " params/layer), candidate selector (rank "
+                << v["selector_rank"] << ", top_k " << v["selector_top_k"] << ", " << v["selector_params"]
+                << " params), unary x " << v["output_multiplier"] << ", softcap "
+                << v["final_logit_softcapping"].dump() << "\n";
+    }
   }
   std::cout << "\nlayer  mixer           attention  window        causal  sinks  heads/kv  head_dim/v  rope_theta  rot\n";
   for (const auto& l : j["layers"]) {

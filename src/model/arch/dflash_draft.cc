@@ -8,6 +8,7 @@
 #include "io/torch_pickle.h"
 #include "model/config_json.h"
 #include "model/decoder.h"
+#include "model/dflash2_draft.h"
 #include "model/family.h"
 #include "model/weights.h"
 
@@ -59,7 +60,9 @@ json speculators_to_zlab(const json& root, DFlashSpec& d) {
   dc["target_layer_ids"] = ids;
   // Sliding layers are causal by the resolver's default rule and full layers bidirectional;
   // non-causal sliding layers are everything non-causal.
-  if (opt_bool(root, "sliding_window_non_causal").value_or(false)) dc["causal"] = false;
+  // (DFlash2SpeculatorConfig defaults the key to true.)
+  const bool dflash2 = opt_str(root, "speculators_model_type").value_or("") == "dflash2";
+  if (opt_bool(root, "sliding_window_non_causal").value_or(dflash2)) dc["causal"] = false;
   d.sample_from_anchor = opt_bool(root, "sample_from_anchor").value_or(false);
   d.draft_vocab_size = static_cast<int32_t>(opt_int(root, "draft_vocab_size").value_or(32000));
   d.speculators_type = opt_str(root, "speculators_model_type").value_or("");
@@ -148,6 +151,7 @@ void parse_dflash(const nlohmann::json& raw, ModelConfig& c, const ConfigOptions
   a.dflash_causal = opt_bool(dcfg, "causal");
   if (!a.dflash_causal) a.dflash_causal = opt_bool(root, "causal");  // Laguna: top-level causal
   d.causal = a.dflash_causal;
+  d.v2 = parse_dflash2(dc, raw, d.speculators_type);  // DFlash2 (model/dflash2_draft.h)
   bool sinks = false;
   if (auto s = opt_bool(dcfg, "attention_sink_bias")) sinks = *s;
   else if (auto s2 = opt_bool(root, "add_swa_attention_sink_bias")) sinks = *s2;
@@ -253,7 +257,8 @@ std::string dflash_gguf_name(std::string_view n) {
 }  // namespace
 
 const FamilyEntry kDFlashDraftFamily = {Family::kDFlashDraft,
-                                        {"DFlashDraftModel", "DFlashSpeculator", "DFlash2Speculator"},
+                                        {"DFlashDraftModel", "DFlashSpeculator", "DFlash2Speculator",
+                                         "DFlash2DraftModel"},
                                         {},
                                         claims_dflash,
                                         parse_dflash,
@@ -311,6 +316,7 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
     a.rope = intern_rope(ropes_, keys, s.rope);
     ctx_rope_.push_back(intern_rope(ropes_, keys, s.rope, d.backbone_rotary_base.value_or(0.0f)));
   }
+  if (d.v2) v2_ = std::make_unique<DFlash2Parts>(ck_, prefix_, cfg_, opts, &pool);
   require_all_used(ck_, cfg_);
 
   const std::string mpath = mask_embedding_file(dir);
@@ -412,8 +418,10 @@ void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM&
       if (tokens_[i] == mask) std::copy(mask_embedding_.begin(), mask_embedding_.end(), x + size_t(i) * H);
   }
   for (int32_t il = 0; il < cfg_.n_layers; ++il) {
-    attention_sublayer(layers_[il].attn, cfg_.layers[il], x, plan_, H, eps, *kv_, il, sc_, pool_);
-    ffn_sublayer(layers_[il].ffn, cfg_, x, rows, sc_, pool_);
+    SublayerWrap* aw = v2_ ? v2_->attention_conv(il, plan_, pool_) : nullptr;
+    attention_sublayer(layers_[il].attn, cfg_.layers[il], x, plan_, H, eps, *kv_, il, sc_, pool_, aw);
+    SublayerWrap* mw = v2_ ? v2_->mlp_conv(il, plan_, pool_) : nullptr;
+    ffn_sublayer(layers_[il].ffn, cfg_, x, rows, sc_, pool_, mw);
   }
   for (const PlanSegment& g : plan_.segments()) kv_->truncate(g.seq, g.pos0);  // context only
   ops::rms_norm(x, final_norm_.data(), rows, H, eps, x, &pool_);
@@ -457,6 +465,7 @@ void DFlashDraftModel::draft_block(int32_t seq, const int32_t* tokens, int32_t n
 int64_t DFlashDraftModel::weight_bytes() const {
   int64_t b = dfl::weight_bytes(fc_);
   for (const auto& l : layers_) b += l.matrix_bytes(cfg_);
+  if (v2_) b += v2_->weight_bytes();
   return b;
 }
 
