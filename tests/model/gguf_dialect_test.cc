@@ -5,8 +5,9 @@
 // it came from, and with transformers loading the same GGUF (<name>.logits.safetensors: its own
 // dequantizer and q/k un-permutation, fp32):
 //   - config: the GGUF metadata gives the HF folder's config (sizes, heads, RoPE, eps, tying);
-//   - logits vs transformers-on-the-GGUF ≤ 1e-4 for every type (same dequantized weights, fp32
-//     math in both; observed ~5e-6);
+//   - logits vs transformers-on-the-GGUF (same dequantized weights): f32 / f16 ≤ 1e-4 (fp32 math
+//     in both, observed ~5e-6); q8_0 ≤ 2e-3 with the default int8x2 activations of the GGML
+//     matmul (ops.h: ~15-bit activation blocks, observed 2e-4..7e-4 on these O(5) logits);
 //   - logits vs the HF folder's fp32 goldens within the error of the stored type (below);
 //   - greedy: our argmax = transformers-on-the-GGUF's at every step whose top-2 gap > 1e-3,
 //     and = the HF folder's greedy tokens at every step for f32 / f16 (q8_0 may flip a tie);
@@ -37,6 +38,7 @@ struct Case {
 };
 
 constexpr double kOracleTol = 1e-4;
+constexpr double kOracleTolInt8x2 = 2e-3;
 
 // Logits vs the HF folder (logits are |x| ≤ ~5): the weights' own rounding. f32: none (~4e-6
 // observed, summation order). f16: weights rounded to 11 bits → 4e-3..8e-3 observed. q8_0:
@@ -85,7 +87,7 @@ TEST_P(GgufDialect, MatchesTheHfFolderGoldens) {
   const auto tf = oracle.f32(type);  // [seq, V]
   ASSERT_EQ(tf.size(), seq.size() * size_t(V));
   const double d_oracle = test::max_abs_diff(out.logits, tf);
-  EXPECT_LE(d_oracle, kOracleTol) << type;
+  EXPECT_LE(d_oracle, type == "q8_0" ? kOracleTolInt8x2 : kOracleTol) << type;
 
   const double tol = folder_tolerance(type);
   const auto ref = g.f32("logits");  // [n, V]: the prompt rows
