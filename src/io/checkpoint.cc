@@ -1,6 +1,7 @@
 #include "io/checkpoint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -89,7 +90,8 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
 }
 
 Checkpoint::Checkpoint(const std::string& gguf_path,
-                       const std::function<std::string(std::string_view)>& rename)
+                       const std::function<std::string(std::string_view)>& rename,
+                       const RowOrder& row_order)
     : dir_(gguf_path), gguf_(std::make_unique<GgufFile>(gguf_path)) {
   gguf_tensors_.reserve(gguf_->tensors().size());
   for (const GgufTensor& t : gguf_->tensors()) {
@@ -102,6 +104,23 @@ Checkpoint::Checkpoint(const std::string& gguf_path,
     ti.data = t.data;
     ti.nbytes = t.nbytes;
     ti.file = gguf_path;
+    if (row_order && ti.shape.size() == 2) {
+      const int64_t rows = ti.shape[0];
+      const std::vector<int64_t> order = row_order(*gguf_, t.name, rows);
+      if (!order.empty()) {
+        DFL_CHECK(int64_t(order.size()) == rows && rows > 0 && ti.nbytes % rows == 0, "GGUF '",
+                  gguf_path, "': bad row order for tensor '", t.name, "'");
+        const size_t row_bytes = ti.nbytes / rows;
+        auto buf = std::make_unique<uint8_t[]>(ti.nbytes);
+        for (int64_t r = 0; r < rows; ++r) {
+          DFL_CHECK(order[r] >= 0 && order[r] < rows, "GGUF '", gguf_path, "': row order of '",
+                    t.name, "' out of range");
+          std::memcpy(buf.get() + r * row_bytes, ti.data + order[r] * row_bytes, row_bytes);
+        }
+        ti.data = buf.get();
+        reordered_.push_back(std::move(buf));
+      }
+    }
     gguf_tensors_.push_back(std::move(ti));
   }
   for (const auto& t : gguf_tensors_) tensors_.push_back(&t);

@@ -66,9 +66,14 @@ class Checkpoint {
  public:
   // Opens the folder `dir`; throws dfl::Error naming the folder/file/tensor on any problem.
   explicit Checkpoint(const std::string& dir);
-  // Opens a GGUF file; every tensor is listed under rename(its GGUF name) ("" = skip it).
+  // Opens a GGUF file; every tensor is listed under rename(its GGUF name) ("" = skip it). When
+  // row_order is given and returns a non-empty order for a 2-D tensor (rows = its outer extent),
+  // the tensor is a copy whose row r is stored row order[r] (rows are whole quant blocks, so
+  // this holds for every GGML type); others stay views into the mapping.
+  using RowOrder = std::function<std::vector<int64_t>(const GgufFile&, std::string_view, int64_t)>;
   Checkpoint(const std::string& gguf_path,
-             const std::function<std::string(std::string_view)>& rename);
+             const std::function<std::string(std::string_view)>& rename,
+             const RowOrder& row_order = nullptr);
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
 
@@ -108,7 +113,8 @@ class Checkpoint {
   std::unique_ptr<std::atomic<bool>[]> used_;
   std::map<std::string, std::string> metadata_;
   std::unique_ptr<GgufFile> gguf_;
-  std::vector<TensorInfo> gguf_tensors_;  // renamed views into gguf_
+  std::vector<TensorInfo> gguf_tensors_;  // renamed views into gguf_ (or into reordered_)
+  std::vector<std::unique_ptr<uint8_t[]>> reordered_;  // tensors whose rows row_order moved
 };
 
 // The GGUF file `path` names: `path` itself when it ends in ".gguf", else the single "*.gguf" in

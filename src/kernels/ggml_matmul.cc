@@ -22,6 +22,10 @@
 //      Q4_K / Q5_K:  a = fma(float(isum), d · dx, a);  a = fma(−float(msum), dmin · dx, a)
 //      Q6_K:  a = fma(float(isum), d · dx, a)
 //    y = ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7)).
+// kInt8x2 (the default): the residual r = x − d·q of each block (fp32, one multiply and one
+// subtract, no fma) is quantized the same way (d2 = absmax(r) / 127, q2 = rne(r / d2)); the
+// kernels see the 2M rows [q of rows m0.., q2 of rows m0..] in one call (so each weight block
+// is unpacked once for both) and y = y(q) + y(q2), one fp32 add.
 // Each row's result depends only on that row: batch- and thread-count invariant. Rows are
 // processed in chunks of kGgmlRowChunk, each weight block unpacked once per chunk (so once per
 // call for verify-sized batches).
@@ -214,7 +218,11 @@ void portable_range(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, flo
 namespace {
 GgmlActivations g_act = [] {
   const char* e = std::getenv("DFL_GGML_ACT");
-  return e && std::string(e) == "int8" ? GgmlActivations::kInt8 : GgmlActivations::kFp32;
+  const std::string v = e ? e : "";
+  if (v == "int8") return GgmlActivations::kInt8;
+  if (v == "fp32") return GgmlActivations::kFp32;
+  DFL_CHECK(v.empty() || v == "int8x2", "DFL_GGML_ACT='", v, "': expected int8x2, int8 or fp32");
+  return GgmlActivations::kInt8x2;
 }();
 
 inline float reduce16(const float* a) {
@@ -268,42 +276,71 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     return;
   }
   const int64_t ab = is_k_type(w.dtype) ? 256 : 32;
+  const bool split = g_act == GgmlActivations::kInt8x2;
+  // Rows per kernel call: kGgmlRowChunk activation rows (split: half as many x rows, each as
+  // its q and q2 rows).
+  const int64_t chunk = split ? cpu::kGgmlRowChunk / 2 : cpu::kGgmlRowChunk;
+  const int64_t qrows = split ? 2 * std::min(n_rows, chunk) : n_rows;
   thread_local std::vector<int8_t> qbuf;
-  thread_local std::vector<float> dbuf;
+  thread_local std::vector<float> dbuf, rbuf, ybuf;
   thread_local std::vector<int32_t> sbuf, s32buf;
-  const size_t nq = static_cast<size_t>(n_rows * (K + 256));
-  if (qbuf.size() < nq) qbuf.resize(nq);
-  if (dbuf.size() < static_cast<size_t>(n_rows * (K / ab))) dbuf.resize(n_rows * (K / ab));
-  if (sbuf.size() < static_cast<size_t>(n_rows * (K / 16))) sbuf.resize(n_rows * (K / 16));
-  if (s32buf.size() < static_cast<size_t>(n_rows * (K / 32))) s32buf.resize(n_rows * (K / 32));
-  quantize_act(x, n_rows, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
-  for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
-    const int64_t M = std::min<int64_t>(cpu::kGgmlRowChunk, n_rows - m0);
-    cpu::GgmlAct a;
-    a.q = qbuf.data() + m0 * (K + 256);
-    a.d = dbuf.data() + m0 * (K / ab);
-    a.s16 = sbuf.data() + m0 * (K / 16);
-    a.s32 = s32buf.data() + m0 * (K / 32);
-    a.K = K;
+  auto grow = [](auto& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  };
+  grow(qbuf, qrows * (K + 256));
+  grow(dbuf, qrows * (K / ab));
+  grow(sbuf, qrows * (K / 16));
+  grow(s32buf, qrows * (K / 32));
+  if (split) {
+    grow(rbuf, chunk * K);
+    grow(ybuf, 2 * chunk * w.n_out);
+  } else {
+    quantize_act(x, n_rows, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
+  }
+  for (int64_t m0 = 0; m0 < n_rows; m0 += chunk) {
+    const int64_t Mx = std::min<int64_t>(chunk, n_rows - m0);
+    int64_t M = Mx, q0 = m0;
     float* ym = y + m0 * w.n_out;
+    if (split) {
+      // q rows [0, Mx), then the residual's q2 rows [Mx, 2Mx).
+      quantize_act(x + m0 * K, Mx, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
+      for (int64_t m = 0; m < Mx; ++m) {
+        const int8_t* q = qbuf.data() + m * (K + 256);
+        for (int64_t k = 0; k < K; ++k) {
+          const float dq = static_cast<float>(q[k]) * dbuf[m * (K / ab) + k / ab];
+          rbuf[m * K + k] = x[(m0 + m) * K + k] - dq;
+        }
+      }
+      quantize_act(rbuf.data(), Mx, K, ab, qbuf.data() + Mx * (K + 256), dbuf.data() + Mx * (K / ab),
+                   sbuf.data() + Mx * (K / 16), s32buf.data() + Mx * (K / 32));
+      M = 2 * Mx;
+      q0 = 0;
+      ym = ybuf.data();
+    }
+    cpu::GgmlAct a;
+    a.q = qbuf.data() + q0 * (K + 256);
+    a.d = dbuf.data() + q0 * (K / ab);
+    a.s16 = sbuf.data() + q0 * (K / 16);
+    a.s32 = s32buf.data() + q0 * (K / 32);
+    a.K = K;
     if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ4K16) {
       cpu::avx512::matmul_q4k16(a, M, w, ym, pool);
-      continue;
-    }
-    if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ6K16) {
+    } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ6K16) {
       cpu::avx512::matmul_q6k16(a, M, w, ym, pool);
-      continue;
-    }
-    if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ32x16) {
+    } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ32x16) {
       cpu::avx512::matmul_q32x16(a, M, w, ym, pool);
-      continue;
-    }
-    if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
+    } else if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
       cpu::avx512::matmul_ggml(a, M, w, ym, pool);
-      continue;
+    } else {
+      pool.parallel_for(
+          w.n_out, [&](int64_t n0, int64_t n1, int) { portable_range(a, M, w, ym, n0, n1); }, 16);
     }
-    pool.parallel_for(
-        w.n_out, [&](int64_t n0, int64_t n1, int) { portable_range(a, M, w, ym, n0, n1); }, 16);
+    if (split) {
+      const int64_t N = w.n_out;
+      float* yo = y + m0 * N;
+      for (int64_t m = 0; m < Mx; ++m)
+        for (int64_t n = 0; n < N; ++n) yo[m * N + n] = ybuf[m * N + n] + ybuf[(Mx + m) * N + n];
+    }
   }
 }
 

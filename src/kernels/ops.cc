@@ -394,14 +394,14 @@ bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }
 
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
   if (w.packed_format == kPackedNone && w.dtype == DType::kQ4_K && cpu_isa() == IsaLevel::kAvx512 &&
-      ggml_activations() == GgmlActivations::kInt8)
+      ggml_activations() != GgmlActivations::kFp32)
     return ops::prepack_q4k16(w, pool);
   if (w.packed_format == kPackedNone && cpu_isa() == IsaLevel::kAvx512 &&
-      ggml_activations() == GgmlActivations::kInt8 &&
+      ggml_activations() != GgmlActivations::kFp32 &&
       (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 || w.dtype == DType::kQ4_0))
     return ops::prepack_q32x16(w, pool);
   if (w.packed_format == kPackedNone && w.dtype == DType::kQ6_K && cpu_isa() == IsaLevel::kAvx512 &&
-      ggml_activations() == GgmlActivations::kInt8)
+      ggml_activations() != GgmlActivations::kFp32)
     return ops::prepack_q6k16(w, pool);
   PackedWeight p;
   p.w = w;

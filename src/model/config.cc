@@ -256,7 +256,7 @@ ModelConfig load_model_config(const std::string& dir, const ConfigOptions& opts)
     const std::string arch = f.get_string("general.architecture");
     const FamilyEntry* fam = find_gguf_family(arch);
     DFL_CHECK(fam && fam->gguf_config, "GGUF '", g, "': architecture '", arch,
-              "' is not supported (supported: gemma3, qwen3)");
+              "' is not supported (supported: gemma3, qwen3, llama)");
     ModelConfig c = parse_model_config(fam->gguf_config(f).dump(), g, opts);
     c.gguf = true;
     return c;

@@ -12,7 +12,9 @@ std::unique_ptr<Checkpoint> open_checkpoint(const ModelConfig& cfg) {
   if (!cfg.gguf) return std::make_unique<Checkpoint>(cfg.dir);
   const FamilyEntry& f = family_of(cfg);
   DFL_CHECK(f.gguf_tensor_name, "'", cfg.dir, "': no GGUF tensor names for ", cfg.architecture);
-  return std::make_unique<Checkpoint>(cfg.dir, [&](std::string_view n) { return f.gguf_tensor_name(n); });
+  return std::make_unique<Checkpoint>(
+      cfg.dir, [&](std::string_view n) { return f.gguf_tensor_name(n); },
+      f.gguf_row_order ? Checkpoint::RowOrder(f.gguf_row_order) : Checkpoint::RowOrder());
 }
 
 DecoderLM::DecoderLM(ModelConfig cfg, ThreadPool& pool)

@@ -32,6 +32,10 @@ struct FamilyEntry {
   std::vector<std::string> gguf_architectures;
   nlohmann::json (*gguf_config)(const GgufFile& f) = nullptr;
   std::string (*gguf_tensor_name)(std::string_view gguf_name) = nullptr;
+  // Rows the converter reordered: for a GGUF tensor, the stored row of each HF row ({} = as
+  // stored), e.g. the `llama` converter's q/k permutation. Null = nothing reordered.
+  std::vector<int64_t> (*gguf_row_order)(const GgufFile& f, std::string_view gguf_name,
+                                         int64_t rows) = nullptr;
 
   // architectures[i] matching model_types[i] (or the first).
   std::string default_architecture(const std::string& model_type) const;

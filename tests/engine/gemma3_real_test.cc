@@ -32,9 +32,20 @@ std::string model_path() {
   return cache + "/gemma-3-270m-q4_k_m.gguf";
 }
 
-// Same weights (the dequantized values are bit-exact), fp32 math in both: the differences are
-// summation order over 18 layers. Logits are O(10–30).
-constexpr double kLogitTol = 1e-3;  // observed 1.5e-5
+// Same weights (the dequantized values are bit-exact). Logits are O(10–30).
+//  - the default GGML activations (int8x2: each activation block as two int8 parts, ~15 bits,
+//    ops.h): the activation rounding (per-matmul NMSE ~7e-9) compounds over the 126 matmuls of
+//    18 layers and the 262144-row head: observed 3.8e-3;
+//  - fp32 activations: summation order only, observed 1.5e-5.
+// (llama.cpp's one-int8 activations — our kInt8 — reach 0.65 here: see docs/BENCHMARKS.md.)
+constexpr double kLogitTol = 1e-2;
+constexpr double kLogitTolFp32 = 1e-3;
+
+struct ActScope {
+  explicit ActScope(GgmlActivations a) : old(ggml_activations()) { set_ggml_activations(a); }
+  ~ActScope() { set_ggml_activations(old); }
+  GgmlActivations old;
+};
 
 class Gemma3Real : public ::testing::Test {
  protected:
@@ -47,7 +58,11 @@ class Gemma3Real : public ::testing::Test {
   nlohmann::json oracle_;
 };
 
-TEST_F(Gemma3Real, PromptsTokenizeAndLastLogitsMatchTransformers) {
+class Gemma3RealAct : public Gemma3Real, public ::testing::WithParamInterface<GgmlActivations> {};
+
+TEST_P(Gemma3RealAct, PromptsTokenizeAndLastLogitsMatchTransformers) {
+  ActScope act(GetParam());
+  const double tol = GetParam() == GgmlActivations::kFp32 ? kLogitTolFp32 : kLogitTol;
   auto pool = test::make_pool();
   LoadOptions lo;
   lo.max_context = 512;
@@ -67,9 +82,13 @@ TEST_F(Gemma3Real, PromptsTokenizeAndLastLogitsMatchTransformers) {
     EXPECT_EQ(ops::argmax(out.logits.data(), V), top[0]) << p["text"];
   }
   std::printf("[gemma3-270m] top-20 logits of %zu prompts: max |ours − HF| = %.3g (tol %.0e)\n",
-              oracle_["prompts"].size(), worst, kLogitTol);
-  EXPECT_LE(worst, kLogitTol);
+              oracle_["prompts"].size(), worst, tol);
+  EXPECT_LE(worst, tol);
 }
+
+INSTANTIATE_TEST_SUITE_P(Act, Gemma3RealAct,
+                         ::testing::Values(GgmlActivations::kInt8x2, GgmlActivations::kFp32),
+                         [](const auto& i) { return i.param == GgmlActivations::kFp32 ? "fp32" : "int8x2"; });
 
 TEST_F(Gemma3Real, TeacherForcedTop1AgreesOn99PercentOfPositions) {
   auto pool = test::make_pool();

@@ -7,6 +7,7 @@
 #include "model/config_json.h"
 #include "model/decoder.h"
 #include "model/family.h"
+#include "model/gguf_dialect.h"
 #include "model/weights.h"
 
 namespace dfl {
@@ -49,13 +50,24 @@ class LlamaModel final : public DecoderLM {
   }
 };
 
+// GGUF (llama.cpp's converter, `general.architecture` = llama): the shared decoder dialect.
+nlohmann::json llama_gguf_config(const GgufFile& f) {
+  nlohmann::json c = gguf_decoder_config(f, "llama");
+  c["architectures"] = {"LlamaForCausalLM"};
+  c["model_type"] = "llama";
+  return c;
+}
+
 std::unique_ptr<CausalLM> make_llama(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool) {
   return std::make_unique<LlamaModel>(std::move(cfg), opts, pool);
 }
 
 }  // namespace
 
-const FamilyEntry kLlamaFamily = {Family::kLlama, {"LlamaForCausalLM"}, {"llama"}, nullptr,
-                                  parse_llama, make_llama};
+// GGUF `llama`: q/k rows permuted by the converter (undone at load, llama_qk_row_order).
+const FamilyEntry kLlamaFamily = {Family::kLlama,    {"LlamaForCausalLM"}, {"llama"},
+                                  nullptr,           parse_llama,          make_llama,
+                                  {"llama"},         llama_gguf_config,    gguf_decoder_tensor_name,
+                                  llama_qk_row_order};
 
 }  // namespace dfl

@@ -7,6 +7,7 @@
 #include "model/config_json.h"
 #include "model/decoder.h"
 #include "model/family.h"
+#include "model/gguf_dialect.h"
 #include "model/weights.h"
 
 namespace dfl {
@@ -52,13 +53,22 @@ class Qwen3Model final : public DecoderLM {
   }
 };
 
+// GGUF (llama.cpp's converter, `general.architecture` = qwen3): the shared decoder dialect.
+nlohmann::json qwen3_gguf_config(const GgufFile& f) {
+  nlohmann::json c = gguf_decoder_config(f, "qwen3");
+  c["architectures"] = {"Qwen3ForCausalLM"};
+  c["model_type"] = "qwen3";
+  return c;
+}
+
 std::unique_ptr<CausalLM> make_qwen3(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool) {
   return std::make_unique<Qwen3Model>(std::move(cfg), opts, pool);
 }
 
 }  // namespace
 
-const FamilyEntry kQwen3Family = {Family::kQwen3, {"Qwen3ForCausalLM"}, {"qwen3"}, nullptr,
-                                  parse_qwen3, make_qwen3};
+const FamilyEntry kQwen3Family = {Family::kQwen3,       {"Qwen3ForCausalLM"}, {"qwen3"},
+                                  nullptr,             parse_qwen3,          make_qwen3,
+                                  {"qwen3"},           qwen3_gguf_config,    gguf_decoder_tensor_name};
 
 }  // namespace dfl
