@@ -103,6 +103,14 @@ int cmd_dump_taps(int argc, char** argv) {
   const std::vector<Prompt> prompts = read_prompts(args.str("--prompts"), args.integer("--limit", -1));
   EngineOptions eo = engine_options(args);
 
+  // The target for the tap pass (loaded first: a bad --layers fails before any generation).
+  ThreadPool pool(eo.threads);
+  LoadOptions lo;
+  lo.max_context = eo.max_context;
+  auto target = load_causal_lm(eo.model_dir, lo, pool);
+  const ModelConfig& cfg = target->config();
+  const std::vector<int32_t> aux = tap_aux_indices(layers, cfg.n_layers);
+
   // 1. Responses from the target, all prompts through the batched engine.
   std::vector<TapSequence> seqs(prompts.size());
   const double t0 = now_s();
@@ -141,12 +149,6 @@ int cmd_dump_taps(int argc, char** argv) {
                (long long)gen_tokens, prompts.size(), t1 - t0, gen_tokens / (t1 - t0));
 
   // 2. Taps of every prompt + response, one target pass each.
-  ThreadPool pool(eo.threads);
-  LoadOptions lo;
-  lo.max_context = eo.max_context;
-  auto target = load_causal_lm(eo.model_dir, lo, pool);
-  const ModelConfig& cfg = target->config();
-  const std::vector<int32_t> aux = tap_aux_indices(layers, cfg.n_layers);
   nlohmann::ordered_json meta;
   meta["target"] = eo.model_dir;
   meta["target_num_layers"] = cfg.n_layers;
