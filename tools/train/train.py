@@ -225,6 +225,11 @@ def main():
     t_last = time.time()
     ema = None
     tok_rate = 0.0
+    if step == 0:
+        vl, tau = offline_eval(model, seqs, val, args, maps, weights)
+        log.write(json.dumps({"step": 0, "minutes": 0.0, "val_loss": round(vl, 4), "val_tau_offline": round(tau, 3)}) + "\n")
+        log.flush()
+        sys.stderr.write(f"[eval] step 0: val loss {vl:.3f}, offline tau {tau:.2f}\n")
     while step < args.steps and not (args.max_minutes and elapsed >= args.max_minutes * 60):
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * \
             (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(1, args.steps)))))
