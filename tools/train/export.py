@@ -25,9 +25,9 @@ import torch
 from safetensors.torch import save_file
 
 
-def export(run: str, out: str, head: str = "full") -> dict:
+def export(run: str, out: str, head: str = "full", ckpt: str = "ckpt.pt") -> dict:
     run = Path(run)
-    st = torch.load(run / "ckpt.pt", weights_only=False)
+    st = torch.load(run / ckpt, weights_only=False)
     prep = torch.load(run / "prepared.pt", weights_only=False)
     cfg, args, sd = st["config"], st["args"], st["model"]
     scale = st["tap_scale"]
@@ -88,8 +88,9 @@ def main():
     ap.add_argument("--run", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--head", choices=("full", "reduced"), default="full")
+    ap.add_argument("--ckpt", default="ckpt.pt", help="a checkpoint file in RUN (e.g. ckpt-000200.pt)")
     a = ap.parse_args()
-    print(json.dumps(export(a.run, a.out, a.head)))
+    print(json.dumps(export(a.run, a.out, a.head, a.ckpt)))
 
 
 if __name__ == "__main__":

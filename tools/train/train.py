@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -151,6 +152,7 @@ def main():
     ap.add_argument("--max-minutes", type=float, default=0, help="stop (and export) after this wall time")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--ckpt-every", type=int, default=50)
+    ap.add_argument("--keep-every", type=int, default=0, help="also keep RUN/ckpt-STEP.pt every N steps")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="auto", help="auto (a GPU when present, else CPU) | cpu | cuda")
     ap.add_argument("--amp", choices=("bf16", "fp32"), default="bf16",
@@ -220,6 +222,8 @@ def main():
                     "step": step, "elapsed": elapsed, "config": dataclasses.asdict(cfg),
                     "args": vars(args)}, str(ck) + ".tmp")
         os.replace(str(ck) + ".tmp", ck)
+        if args.keep_every and step % args.keep_every == 0:
+            shutil.copyfile(ck, out / f"ckpt-{step:06d}.pt")   # for the tau-vs-training-time curve
 
     log = open(out / "log.jsonl", "a")
     t_last = time.time()
