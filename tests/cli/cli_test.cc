@@ -131,6 +131,35 @@ TEST(Cli, TextPromptAndChatTemplate) {
   EXPECT_NE(p.err.find("tau"), std::string::npos);
 }
 
+TEST(Cli, DumpTapsWritesShardsForEveryPrompt) {
+  TempDir tmp;
+  const std::string prompts = tmp.str() + "/p.jsonl", out = tmp.str() + "/dump";
+  {
+    std::ofstream f(prompts);
+    f << "{\"prompt\": \"The quick brown fox\"}\n{\"prompt_ids\": [2, 40, 41]}\nplain text line\n";
+  }
+  const std::string base = "dump-taps --model " + fixture("default/target") + " --prompts " + prompts +
+                           " --threads 1 --max-tokens 8 --ignore-eos";
+  const Proc p = run_dflash(base + " --out " + out + " --layers 1,2 --temperature 0.7 --sampled-fraction 0.5");
+  ASSERT_EQ(p.rc, 0) << p.err;
+  const auto meta = read_json(out + "/meta.json");
+  EXPECT_EQ(meta["num_sequences"], 3);
+  EXPECT_EQ(meta["aux_indices"], nlohmann::json({2, 3}));
+  const auto& seqs = meta["shards"][0]["sequences"];
+  ASSERT_EQ(seqs.size(), 3u);
+  EXPECT_EQ(seqs[1][1].get<int>(), 3 + 8);  // prompt ids + 8 generated
+  EXPECT_EQ(seqs[1][2].get<int>(), 3);
+  int sampled = 0;
+  for (const auto& s : seqs) sampled += s[3].get<int>();
+  EXPECT_EQ(sampled, 1);  // every second prompt of 3: one
+  const int64_t T = meta["num_tokens"].get<int64_t>();
+  // taps: uint16 [T, 2 x 128] after a 128-byte header (a multiple of 64)
+  const auto sz = fs::file_size(out + "/shard-00000.taps.npy");
+  EXPECT_EQ(int64_t(sz) - T * 2 * 128 * 2, 128);
+  expect_error(run_dflash(base + " --out " + out + " --layers 1,9"), "tap layer 9 is out of range");
+  expect_error(run_dflash(base + " --out " + out), "--layers");
+}
+
 TEST(Cli, TokenizeJson) {
   const Proc p = run_dflash("tokenize --model " + fixture("default/target") + " --text \"<|im_start|>hi\" --json");
   ASSERT_EQ(p.rc, 0) << p.err;

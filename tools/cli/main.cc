@@ -1,4 +1,4 @@
-// dflash — one binary, subcommands: run | inspect | tokenize | bench | serve.
+// dflash — one binary, subcommands: run | inspect | tokenize | bench | serve | dump-taps.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -16,7 +16,8 @@ const char* kUsage =
     "  inspect    print a model folder's parsed config and per-layer attention table\n"
     "  tokenize   print the token ids (and pieces) of a text\n"
     "  bench      measure prefill, decode, verify cost and DFlash speed\n"
-    "  serve      OpenAI-compatible HTTP server (chat / completions, streaming, metrics)\n\n"
+    "  serve      OpenAI-compatible HTTP server (chat / completions, streaming, metrics)\n"
+    "  dump-taps  generate responses with the target and dump its tapped hidden states (drafter training data)\n\n"
     "Run 'dflash <command> --help' for the flags of a command.\n";
 }  // namespace
 
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
     if (cmd == "tokenize") return dfl::cli::cmd_tokenize(argc, argv);
     if (cmd == "bench") return dfl::cli::cmd_bench(argc, argv);
     if (cmd == "serve") return dfl::cli::cmd_serve(argc, argv);
+    if (cmd == "dump-taps") return dfl::cli::cmd_dump_taps(argc, argv);
     std::fprintf(stderr, "dflash: unknown command '%s' (see dflash --help)\n", cmd.c_str());
     return 2;
   } catch (const dfl::Error& e) {
