@@ -1,0 +1,219 @@
+// Gemma 4 text (Gemma4ForCausalLM; the text part of Gemma4ForConditionalGeneration), dense
+// (31B-style) and MoE (26B-A4B-style), TARGETS-SPEC §4 checked against transformers 5.24
+// models/gemma4/modeling_gemma4.py:
+//   x = E[tok] × sqrt(H) (the scale rounded to the embedding's dtype first)
+//   per layer: sandwich norms (input / post_attention / pre_feedforward / post_feedforward);
+//     attention with per-head q/k RMSNorm before RoPE, a no-scale per-head RMSNorm on V, logit
+//     scale 1.0; sliding layers (layer_types) see the last sliding_window keys incl. the query,
+//     head_dim, RoPE θ 1e4 over the whole head; global layers use their own head_dim
+//     (global_head_dim, or per_layer_config as transformers 5.24 saves it) and KV heads
+//     (num_global_key_value_heads), proportional RoPE θ 1e6 (a partial_rotary_factor share of the
+//     frequencies over the whole head) and, with attention_k_eq_v, no v_proj: V = raw k_proj
+//     output (then only the no-scale norm; K and V differ in the cache);
+//     FFN: GeGLU; MoE layers add a routed branch beside it (blocks.h kGeGLUPlusMoE): router on
+//     the residual stream (no-scale norm × router.scale × H^-0.5, softmax, top-k, renormalized,
+//     × per_expert_scale), GeGLU experts from the fused gate_up_proj / down_proj;
+//     then the residual stream × layer_scalar (taps are taken after it).
+//   final norm → tied lm_head → final soft-cap (30 on the released models).
+// Unlike Gemma 3, every RMSNorm weight is applied as stored (y = n(x)·w, no 1 + w).
+// Per-layer input embeddings (hidden_size_per_layer_input > 0) and cross-layer KV sharing
+// (num_kv_shared_layers > 0) — the E2B/E4B variants — are refused with a clear error.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "model/arch/gemma_common.h"
+#include "model/config_json.h"
+#include "model/decoder.h"
+#include "model/family.h"
+#include "model/weights.h"
+
+namespace dfl {
+
+namespace {
+
+using namespace cfg;
+using namespace gemma;
+
+// transformers' defaults when a config has no rope_parameters (Gemma4TextConfig.__post_init__).
+json with_default_ropes(const json& tr) {
+  if (const json* rp = find_key(tr, "rope_parameters"); rp && rp->is_object()) return tr;
+  json t = tr;
+  t["rope_parameters"] = {
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+      {"full_attention",
+       {{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}}}};
+  return t;
+}
+
+void parse_gemma4(const json& root, ModelConfig& c, const ConfigOptions&) {
+  const json tr = with_default_ropes(text_root(root));
+  parse_common(tr, c);
+  if (!find_key(tr, "max_position_embeddings")) c.max_position_embeddings = 131072;
+  parse_gemma_head(tr, c);
+  DFL_CHECK(!opt_num(tr, "attn_logit_softcapping").has_value(),
+            "config: attn_logit_softcapping is not part of Gemma 4");
+  if (const json* b = find_key(tr, "use_bidirectional_attention"); b && !b->is_null()) {
+    DFL_CHECK(b->is_string(), "config: use_bidirectional_attention must be a string or null");
+    DFL_CHECK(b->get<std::string>() == "vision", "config: use_bidirectional_attention='",
+              b->get<std::string>(), "' is not a causal LM (only null or \"vision\": text stays causal)");
+  }
+  // transformers' default is 256 (the E2B/E4B per-layer embeddings); 31B / 26B-A4B state 0.
+  const int64_t ple = opt_int(tr, "hidden_size_per_layer_input").value_or(256);
+  DFL_CHECK(ple == 0, "config: Gemma 4 per-layer input embeddings (hidden_size_per_layer_input=", ple,
+            ", the E2B/E4B variants) are not supported yet");
+  const int64_t shared = opt_int(tr, "num_kv_shared_layers").value_or(0);
+  DFL_CHECK(shared == 0, "config: Gemma 4 cross-layer KV sharing (num_kv_shared_layers=", shared,
+            ") is not supported yet");
+  const bool k_eq_v = opt_bool(tr, "attention_k_eq_v").value_or(false);
+  const LayerSpec proto = base_layer(tr, c);
+  const auto sw = opt_int(tr, "sliding_window");
+  const std::vector<bool> glob = global_layers(tr, c.n_layers);
+  // Global-layer geometry: per_layer_config (what transformers 5.24 writes) wins over the hub
+  // keys global_head_dim / num_global_key_value_heads, as in Gemma4TextConfig.__post_init__.
+  const json* plc = find_key(tr, "per_layer_config");
+  DFL_CHECK(!plc || plc->is_object() || plc->is_null(), "config: per_layer_config must be an object");
+  if (plc && plc->is_null()) plc = nullptr;
+  const int64_t global_hd = opt_int(tr, "global_head_dim").value_or(512);
+  const auto global_kv = opt_int(tr, "num_global_key_value_heads");
+  c.layers.assign(c.n_layers, proto);
+  if (plc)  // keys are layer indices, zero-padded when saved ("05", "11"): transformers int()s them
+    for (const auto& [key, o] : plc->items()) {
+      DFL_CHECK(!key.empty() && key.size() <= 6 &&
+                    std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; }),
+                "config: per_layer_config key '", key, "' is not a layer index");
+      const int32_t il = std::stoi(key);
+      DFL_CHECK(il < c.n_layers, "config: per_layer_config names layer ", il, " of ", c.n_layers);
+      DFL_CHECK(o.is_object(), "config: per_layer_config entries must be objects");
+      for (const auto& [k, v] : o.items())
+        DFL_CHECK(k == "head_dim" || k == "num_key_value_heads", "config: per_layer_config key '", k,
+                  "' is not supported (only head_dim, num_key_value_heads)");
+      LayerSpec& l = c.layers[il];
+      if (o.contains("head_dim")) l.head_dim = req_int(o, "head_dim", 2, 4096);
+      if (o.contains("num_key_value_heads")) l.n_kv_heads = req_int(o, "num_key_value_heads", 1, 4096);
+    }
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    LayerSpec& l = c.layers[il];
+    const bool global = glob[il];
+    if (!plc && global) {
+      DFL_CHECK(global_hd >= 2 && global_hd <= 4096, "config: global_head_dim out of range");
+      l.head_dim = int32_t(global_hd);
+      if (k_eq_v && global_kv) {
+        DFL_CHECK(*global_kv >= 1 && *global_kv <= 4096, "config: num_global_key_value_heads out of range");
+        l.n_kv_heads = int32_t(*global_kv);
+      }
+    }
+    DFL_CHECK(l.n_heads % l.n_kv_heads == 0, "config: layer ", il, ": num_attention_heads (",
+              l.n_heads, ") must be a multiple of its KV heads (", l.n_kv_heads, ")");
+    l.v_head_dim = l.head_dim;
+    l.attn = global ? AttnKind::kFull : AttnKind::kSliding;
+    if (!global) DFL_CHECK(sw && *sw >= 1 && *sw <= (1 << 24), "config: sliding layers need a sliding_window");
+    l.window = causal_window(l.attn, global ? 0 : int32_t(*sw));
+    l.rope = rope_of_kind(tr, global, l.head_dim);
+    l.attn_scale = 1.0f;  // q/k norms replace 1/sqrt(d)
+    l.v_from_k = k_eq_v && global;
+  }
+  if (opt_bool(tr, "enable_moe_block").value_or(false)) {
+    MoESpec m;
+    m.n_routed_experts = req_int(tr, "num_experts", 1, 1 << 16);
+    m.n_experts_per_tok = req_int(tr, "top_k_experts", 1, m.n_routed_experts);
+    m.moe_intermediate_size = req_int(tr, "moe_intermediate_size", 1, 1 << 22);
+    m.scoring_func = "softmax";
+    m.topk_method = "greedy";
+    m.norm_topk_prob = true;
+    m.gelu_experts = true;
+    c.moe = m;
+    for (auto& l : c.layers) l.moe = true;
+  }
+}
+
+class Gemma4Model final : public DecoderLM {
+ public:
+  Gemma4Model(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool)
+      : DecoderLM(std::move(cfg), pool) {
+    const int32_t H = cfg_.hidden_size, V = cfg_.vocab_size, I = cfg_.intermediate_size;
+    const std::string p = text_prefix(ck_);
+    const NormStyle plain = NormStyle::kPlain;
+    head_.vocab = V;
+    head_.hidden = H;
+    head_.eps = cfg_.rms_norm_eps;
+    head_.embed = load_linear(ck_, p + "embed_tokens.weight", V, H);
+    cfg_.embed_scale = embed_scale_in(head_.embed.dtype, cfg_.embed_scale);
+    head_.final_norm = load_norm(ck_, p + "norm.weight", H, plain);
+    head_.lm_head = cfg_.tie_word_embeddings ? head_.embed : load_linear(ck_, "lm_head.weight", V, H);
+    if (cfg_.tie_word_embeddings) (void)ck_.find("lm_head.weight");
+    for (int32_t il = 0; il < cfg_.n_layers; ++il) {
+      const LayerSpec& s = cfg_.layers[il];
+      const std::string q = str(p, "layers.", il, ".");
+      const int64_t nq = int64_t(s.n_heads) * s.head_dim, nk = int64_t(s.n_kv_heads) * s.head_dim;
+      DecoderLayer l;
+      AttnWeights& a = l.attn;
+      a.norm = load_norm(ck_, q + "input_layernorm.weight", H, plain);
+      a.q = load_linear(ck_, q + "self_attn.q_proj.weight", nq, H);
+      a.k = load_linear(ck_, q + "self_attn.k_proj.weight", nk, H);
+      a.v_from_k = s.v_from_k;
+      if (!a.v_from_k) a.v = load_linear(ck_, q + "self_attn.v_proj.weight", nk, H);
+      a.o = load_linear(ck_, q + "self_attn.o_proj.weight", H, nq);
+      a.q_norm = load_norm(ck_, q + "self_attn.q_norm.weight", s.head_dim, plain);
+      a.k_norm = load_norm(ck_, q + "self_attn.k_norm.weight", s.head_dim, plain);
+      a.v_norm.assign(size_t(s.head_dim), 1.0f);  // Gemma4RMSNorm(with_scale=False)
+      a.post_norm = load_norm(ck_, q + "post_attention_layernorm.weight", H, plain);
+      FfnWeights& f = l.ffn;
+      f.kind = s.moe ? FfnKind::kGeGLUPlusMoE : FfnKind::kGeGLU;
+      f.norm = load_norm(ck_, q + "pre_feedforward_layernorm.weight", H, plain);
+      f.post_norm = load_norm(ck_, q + "post_feedforward_layernorm.weight", H, plain);
+      f.gate = load_linear(ck_, q + "mlp.gate_proj.weight", I, H);
+      f.up = load_linear(ck_, q + "mlp.up_proj.weight", I, H);
+      f.down = load_linear(ck_, q + "mlp.down_proj.weight", H, I);
+      if (s.moe) load_moe_branch(q, f);
+      const std::vector<float> ls = load_vector(ck_, q + "layer_scalar", 1);
+      l.out_scale = ls[0];
+      convert_layer(l, opts, &pool);
+      layers_.push_back(std::move(l));
+    }
+    finish_load(opts, multimodal_prefixes());
+  }
+
+ private:
+  // HF multiplies by embed_scale.to(weight.dtype): sqrt(H) rounded to bf16 for bf16 weights.
+  static float embed_scale_in(DType t, float s) {
+    return t == DType::kBF16 ? bf16_to_f32(f32_to_bf16(s)) : s;
+  }
+
+  void load_moe_branch(const std::string& q, FfnWeights& f) {
+    const MoESpec& m = *cfg_.moe;
+    const int32_t H = cfg_.hidden_size, E = m.n_routed_experts;
+    const NormStyle plain = NormStyle::kPlain;
+    f.post_norm_1 = load_norm(ck_, q + "post_feedforward_layernorm_1.weight", H, plain);
+    f.norm_2 = load_norm(ck_, q + "pre_feedforward_layernorm_2.weight", H, plain);
+    f.post_norm_2 = load_norm(ck_, q + "post_feedforward_layernorm_2.weight", H, plain);
+    f.router_norm = load_vector(ck_, q + "router.scale", H);
+    const float root = static_cast<float>(1.0 / std::sqrt(double(H)));
+    for (float& w : f.router_norm) w *= root;
+    load_router_f32(ck_, q + "router.proj.weight", E, H, f.moe);
+    f.moe.bias.assign(size_t(E), 0.0f);
+    f.moe.expert_scale = load_vector(ck_, q + "router.per_expert_scale", E);
+    load_fused_experts(ck_, q + "experts.gate_up_proj", q + "experts.down_proj", E,
+                       m.moe_intermediate_size, H, f.moe);
+  }
+};
+
+std::unique_ptr<CausalLM> make_gemma4(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool) {
+  return std::make_unique<Gemma4Model>(std::move(cfg), opts, pool);
+}
+
+}  // namespace
+
+const FamilyEntry kGemma4Family = {Family::kGemma4,
+                                   {"Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"},
+                                   {"gemma4_text", "gemma4"},
+                                   nullptr,
+                                   parse_gemma4,
+                                   make_gemma4,
+                                   {},
+                                   nullptr,
+                                   nullptr};
+
+}  // namespace dfl

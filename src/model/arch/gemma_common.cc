@@ -1,0 +1,81 @@
+#include "model/arch/gemma_common.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/config_json.h"
+
+namespace dfl::gemma {
+
+using namespace cfg;
+
+const json& text_root(const json& root) {
+  const json* t = find_key(root, "text_config");
+  return t && t->is_object() ? *t : root;
+}
+
+std::vector<bool> global_layers(const json& tr, int32_t n_layers) {
+  const int64_t pattern = opt_int(tr, "sliding_window_pattern")
+                              .value_or(opt_int(tr, "_sliding_window_pattern").value_or(6));
+  DFL_CHECK(pattern >= 1, "config: sliding_window_pattern must be positive");
+  const json* lt = find_key(tr, "layer_types");
+  DFL_CHECK(!lt || (lt->is_array() && int64_t(lt->size()) == n_layers),
+            "config: layer_types must list num_hidden_layers entries");
+  std::vector<bool> g(n_layers);
+  for (int32_t il = 0; il < n_layers; ++il) {
+    g[il] = (il + 1) % pattern == 0;
+    if (!lt) continue;
+    DFL_CHECK((*lt)[il].is_string(), "config: layer_types entries must be strings");
+    const std::string t = (*lt)[il].get<std::string>();
+    DFL_CHECK(t == "full_attention" || t == "sliding_attention", "config: unknown layer type '", t, "'");
+    g[il] = t == "full_attention";
+  }
+  return g;
+}
+
+RopeSpec rope_of_kind(const json& tr, bool global, int32_t head_dim) {
+  json r = json::object();
+  if (const json* rp = find_key(tr, "rope_parameters"); rp && rp->is_object() &&
+      (rp->contains("full_attention") || rp->contains("sliding_attention"))) {
+    const char* kind = global ? "full_attention" : "sliding_attention";
+    DFL_CHECK(rp->contains(kind) && (*rp)[kind].is_object(), "config: rope_parameters has no '",
+              kind, "' entry");
+    r["rope_parameters"] = (*rp)[kind];
+  } else if (global) {
+    if (const json* t = find_key(tr, "rope_theta")) r["rope_theta"] = *t;
+    else r["rope_theta"] = 1000000.0;
+    if (const json* s = find_key(tr, "rope_scaling"); s && !s->is_null()) r["rope_scaling"] = *s;
+  } else {
+    r["rope_theta"] = opt_num(tr, "rope_local_base_freq").value_or(10000.0);
+  }
+  if (const json* m = find_key(tr, "max_position_embeddings")) r["max_position_embeddings"] = *m;
+  return parse_rope(r, head_dim);
+}
+
+void parse_gemma_head(const json& tr, ModelConfig& c) {
+  c.tie_word_embeddings = opt_bool(tr, "tie_word_embeddings").value_or(true);
+  const std::string act = opt_str(tr, "hidden_activation").value_or("gelu_pytorch_tanh");
+  DFL_CHECK(act == "gelu_pytorch_tanh", "config: Gemma hidden_activation '", act,
+            "' is not supported (only gelu_pytorch_tanh)");
+  if (auto cap = opt_num(tr, "final_logit_softcapping")) {
+    DFL_CHECK(*cap > 0, "config: final_logit_softcapping must be positive");
+    c.final_logit_softcap = static_cast<float>(*cap);
+  }
+  c.embed_scale = std::sqrt(static_cast<float>(c.hidden_size));
+}
+
+std::string text_prefix(const Checkpoint& ck) {
+  std::string p = "model.";
+  for (const char* cand : {"model.", "model.language_model.", "language_model.model."})
+    if (ck.contains(std::string(cand) + "embed_tokens.weight")) p = cand;
+  return p;
+}
+
+const std::vector<std::string>& multimodal_prefixes() {
+  static const std::vector<std::string> p = {
+      "vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.",
+      "model.embed_vision.", "model.audio_tower.", "model.embed_audio."};
+  return p;
+}
+
+}  // namespace dfl::gemma
