@@ -56,6 +56,7 @@ TEST(Gemma4Config, RefusesWhatIsNotSupported) {
     "num_hidden_layers": 2, "vocab_size": 32, "intermediate_size": 8, "num_attention_heads": 2,
     "num_key_value_heads": 1, "head_dim": 16, "sliding_window": 8)";
   EXPECT_NO_THROW(parse_model_config(base + R"(, "hidden_size_per_layer_input": 0})"));
+  EXPECT_NO_THROW(parse_model_config(base + R"(, "hidden_size_per_layer_input": null})"));
   // transformers' default hidden_size_per_layer_input is 256 (per-layer embeddings, E2B/E4B).
   EXPECT_THROW(parse_model_config(base + "}"), Error);
   EXPECT_THROW(parse_model_config(base + R"(, "hidden_size_per_layer_input": 0,

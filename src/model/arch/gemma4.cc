@@ -60,8 +60,10 @@ void parse_gemma4(const json& root, ModelConfig& c, const ConfigOptions&) {
     DFL_CHECK(b->get<std::string>() == "vision", "config: use_bidirectional_attention='",
               b->get<std::string>(), "' is not a causal LM (only null or \"vision\": text stays causal)");
   }
-  // transformers' default is 256 (the E2B/E4B per-layer embeddings); 31B / 26B-A4B state 0.
-  const int64_t ple = opt_int(tr, "hidden_size_per_layer_input").value_or(256);
+  // transformers' default is 256 (the E2B/E4B per-layer embeddings); 31B / 26B-A4B state 0 (or
+  // null, which transformers reads as "none" too).
+  const bool ple_null = tr.contains("hidden_size_per_layer_input") && tr["hidden_size_per_layer_input"].is_null();
+  const int64_t ple = ple_null ? 0 : opt_int(tr, "hidden_size_per_layer_input").value_or(256);
   DFL_CHECK(ple == 0, "config: Gemma 4 per-layer input embeddings (hidden_size_per_layer_input=", ple,
             ", the E2B/E4B variants) are not supported yet");
   const int64_t shared = opt_int(tr, "num_kv_shared_layers").value_or(0);
