@@ -34,8 +34,15 @@ void load_router_f32(const Checkpoint& ck, const std::string& name, int32_t E, i
 
 void load_fused_experts(const Checkpoint& ck, const std::string& gate_up, const std::string& down,
                         int32_t E, int32_t I, int32_t H, MoEWeights& m) {
-  const TensorInfo& gu = ck.require(gate_up, kFloatWeights, {E, 2 * I, H});
-  const TensorInfo& dn = ck.require(down, kFloatWeights, {E, H, I});
+  // A GGUF checkpoint presents 3-D tensors as matrices [rows, cols]: [E·2I, H] and [E·H, I].
+  const TensorInfo* probe = ck.find(gate_up);
+  const bool flat = probe && probe->shape.size() == 2;
+  const TensorInfo& gu = ck.require(gate_up, kFloatWeights,
+                                    flat ? std::vector<int64_t>{int64_t(E) * 2 * I, H}
+                                         : std::vector<int64_t>{E, 2 * I, H});
+  const TensorInfo& dn = ck.require(down, kFloatWeights,
+                                    flat ? std::vector<int64_t>{int64_t(E) * H, I}
+                                         : std::vector<int64_t>{E, H, I});
   const size_t es = dtype_size(gu.dtype);
   DFL_CHECK(dn.dtype == gu.dtype, "tensor '", down, "': dtype differs from '", gate_up, "'");
   auto view = [&](const TensorInfo& t, size_t off, int64_t n_out, int64_t n_in) {

@@ -20,6 +20,39 @@ TEST_P(Gemma4Golden, PromptForwardAndGreedyMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(All, Gemma4Golden, ::testing::Values("dense_v5", "moe_hub"));
 
+// The same checkpoints as llama.cpp's converter writes them (tools/ref/make_gemma4_gguf_fixtures.py,
+// gguf-py): F32, and Q8_0 / Q5_0 matrices against transformers on the dequantized weights.
+class Gemma4Gguf : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Gemma4Gguf, PromptForwardAndGreedyMatchTransformers) {
+  const std::string base = test::fixture("gemma4/gguf/" + GetParam());
+  test::expect_matches_golden(base + "/model.gguf", base + ".golden.safetensors", "gemma4/gguf/" + GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Gemma4Gguf, ::testing::Values("dense_f32", "dense_quant", "moe_f32"));
+
+TEST(Gemma4Gguf, ConfigFromMetadataEqualsTheHubConfig) {
+  for (const auto& [gguf, hf] : {std::pair{"dense_f32", "dense_v5"}, std::pair{"moe_f32", "moe_hub"}}) {
+    const ModelConfig g = load_model_config(test::fixture(std::string("gemma4/gguf/") + gguf + "/model.gguf"));
+    const ModelConfig h = load_model_config(test::fixture(std::string("gemma4/") + hf));
+    EXPECT_EQ(g.family, Family::kGemma4);
+    EXPECT_TRUE(g.gguf);
+    ASSERT_EQ(g.n_layers, h.n_layers);
+    for (int il = 0; il < g.n_layers; ++il) {
+      const LayerSpec &a = g.layers[il], &b = h.layers[il];
+      EXPECT_EQ(a.attn, b.attn) << gguf << " " << il;
+      EXPECT_EQ(a.window, b.window);
+      EXPECT_EQ(a.head_dim, b.head_dim);
+      EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+      EXPECT_EQ(a.v_from_k, b.v_from_k);
+      EXPECT_EQ(a.rope, b.rope) << gguf << " " << il;
+      EXPECT_EQ(a.moe, b.moe);
+    }
+    EXPECT_FLOAT_EQ(g.final_logit_softcap, h.final_logit_softcap);
+    EXPECT_EQ(g.moe.has_value(), h.moe.has_value());
+  }
+}
+
 TEST(Gemma4Config, LayerKindsGeometryAndRopes) {
   for (const char* name : {"dense_v5", "moe_hub"}) {
     const ModelConfig c = load_model_config(test::fixture(std::string("gemma4/") + name));

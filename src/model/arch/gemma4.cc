@@ -131,6 +131,147 @@ void parse_gemma4(const json& root, ModelConfig& c, const ConfigOptions&) {
   }
 }
 
+// GGUF (llama.cpp's converter, `general.architecture` = gemma4): the metadata as the hub config
+// it came from. The converter writes key_length / value_length = global_head_dim and
+// *_swa = head_dim, head_count_kv per layer, sliding_window_pattern as one bool per layer
+// (true = sliding), rope.freq_base = the global θ, and the proportional RoPE of global layers as
+// a rope_freqs tensor [global_head_dim / 2] of 1 (rotated) and 1e30 (unrotated) factors. Norms
+// are stored as in the checkpoint (Gemma 4 applies them as stored: no +1 to undo). k_eq_v is
+// a global layer without attn_v.
+// One flag per element of a bool (or integer) array.
+std::vector<bool> gguf_flags(const GgufFile& f, const std::string& key) {
+  const GgufValue& v = f.get_array(key);
+  std::vector<bool> out;
+  if (v.elem == GgufType::kBool) {
+    for (uint64_t i = 0; i < v.count; ++i) out.push_back(v.raw[i] != 0);
+  } else {
+    for (int32_t x : f.get_i32_array(key)) out.push_back(x != 0);
+  }
+  return out;
+}
+
+json gemma4_gguf_config(const GgufFile& f) {
+  const std::string a = "gemma4.";
+  json c;
+  c["architectures"] = {"Gemma4ForCausalLM"};
+  c["model_type"] = "gemma4_text";
+  const uint32_t H = f.get_u32(a + "embedding_length"), L = f.get_u32(a + "block_count");
+  const uint32_t nh = f.get_u32(a + "attention.head_count");
+  const uint32_t hd_full = f.get_u32(a + "attention.key_length");
+  const uint32_t hd_swa = f.get_u32_or(a + "attention.key_length_swa", hd_full);
+  DFL_CHECK(f.get_u32_or(a + "attention.value_length", hd_full) == hd_full &&
+                f.get_u32_or(a + "attention.value_length_swa", hd_swa) == hd_swa,
+            "GGUF '", f.path(), "': Gemma 4 value lengths must equal the key lengths");
+  c["hidden_size"] = H;
+  c["num_hidden_layers"] = L;
+  c["intermediate_size"] = f.get_u32(a + "feed_forward_length");
+  c["num_attention_heads"] = nh;
+  c["head_dim"] = hd_swa;
+  c["global_head_dim"] = hd_full;
+  std::vector<bool> swa(L, false);
+  if (f.has(a + "attention.sliding_window_pattern")) {
+    swa = gguf_flags(f, a + "attention.sliding_window_pattern");
+    DFL_CHECK(swa.size() == L, "GGUF '", f.path(), "': sliding_window_pattern has ", swa.size(),
+              " entries for ", L, " layers");
+  }
+  json types = json::array();
+  for (uint32_t i = 0; i < L; ++i) types.push_back(swa[i] ? "sliding_attention" : "full_attention");
+  c["layer_types"] = types;
+  // head_count_kv: one value, or one per layer (sliding layers one count, global ones another).
+  std::vector<int32_t> kv;
+  if (const GgufValue* v = f.find(a + "attention.head_count_kv"); v && v->type == GgufType::kArray)
+    kv = f.get_i32_array(a + "attention.head_count_kv");
+  else
+    kv.assign(L, int32_t(f.get_u32_or(a + "attention.head_count_kv", nh)));
+  DFL_CHECK(kv.size() == L, "GGUF '", f.path(), "': head_count_kv has ", kv.size(), " entries for ", L, " layers");
+  int32_t kv_swa = -1, kv_full = -1;
+  bool k_eq_v = false;
+  for (uint32_t i = 0; i < L; ++i) {
+    int32_t& k = swa[i] ? kv_swa : kv_full;
+    DFL_CHECK(k < 0 || k == kv[i], "GGUF '", f.path(), "': head_count_kv differs within one layer kind");
+    k = kv[i];
+    if (!swa[i] && !f.find_tensor(str("blk.", i, ".attn_v.weight"))) k_eq_v = true;
+  }
+  c["num_key_value_heads"] = kv_swa > 0 ? kv_swa : kv_full;
+  c["attention_k_eq_v"] = k_eq_v;
+  if (kv_full > 0) c["num_global_key_value_heads"] = kv_full;
+  DFL_CHECK(k_eq_v || kv_full <= 0 || kv_full == c["num_key_value_heads"].get<int32_t>(),
+            "GGUF '", f.path(), "': separate global KV heads without attention_k_eq_v are not a Gemma 4 layout");
+  c["max_position_embeddings"] = f.get_u32_or(a + "context_length", 131072);
+  c["rms_norm_eps"] = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  if (f.has(a + "attention.sliding_window")) c["sliding_window"] = f.get_u32(a + "attention.sliding_window");
+  c["hidden_size_per_layer_input"] = f.get_u32_or(a + "embedding_length_per_layer_input", 0);
+  c["num_kv_shared_layers"] = f.get_u32_or(a + "attention.shared_kv_layers", 0);
+  // Proportional RoPE from the rope_freqs factors: the share of 1s is partial_rotary_factor.
+  json full = {{"rope_type", "default"}, {"rope_theta", f.get_f32_or(a + "rope.freq_base", 1e6f)}};
+  if (const GgufTensor* rf = f.find_tensor("rope_freqs.weight")) {
+    DFL_CHECK(rf->ggml_type == 0 && rf->numel() == int64_t(hd_full / 2), "GGUF '", f.path(),
+              "': rope_freqs must be F32 [global head_dim / 2]");
+    const float* v = reinterpret_cast<const float*>(rf->data);
+    int64_t n_rot = 0;
+    while (n_rot < rf->numel() && v[n_rot] == 1.0f) ++n_rot;
+    for (int64_t i = n_rot; i < rf->numel(); ++i)
+      DFL_CHECK(v[i] >= 1e29f, "GGUF '", f.path(), "': rope_freqs is not a proportional-RoPE mask");
+    full["rope_type"] = "proportional";
+    full["partial_rotary_factor"] = double(2 * n_rot) / double(hd_full);
+  }
+  c["rope_parameters"] = {{"full_attention", full},
+                          {"sliding_attention",
+                           {{"rope_type", "default"}, {"rope_theta", f.get_f32_or(a + "rope.freq_base_swa", 1e4f)}}}};
+  if (f.has(a + "final_logit_softcapping"))
+    c["final_logit_softcapping"] = f.get_f32(a + "final_logit_softcapping");
+  if (f.get_u32_or(a + "expert_count", 0) > 0) {
+    c["enable_moe_block"] = true;
+    c["num_experts"] = f.get_u32(a + "expert_count");
+    c["top_k_experts"] = f.get_u32(a + "expert_used_count");
+    c["moe_intermediate_size"] = f.get_u32(a + "expert_feed_forward_length");
+  }
+  const GgufTensor& emb = f.tensor("token_embd.weight");
+  c["vocab_size"] = emb.rows();
+  c["tie_word_embeddings"] = f.find_tensor("output.weight") == nullptr;
+  return c;
+}
+
+std::string gemma4_gguf_name(std::string_view n) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  for (const auto& [g, h] : kTop)
+    if (n == g) return h;
+  if (n == "rope_freqs.weight") return "";  // read by gemma4_gguf_config
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"layer_output_scale.weight", "layer_scalar"},
+      {"pre_ffw_norm_2.weight", "pre_feedforward_layernorm_2.weight"},
+      {"post_ffw_norm_1.weight", "post_feedforward_layernorm_1.weight"},
+      {"post_ffw_norm_2.weight", "post_feedforward_layernorm_2.weight"},
+      {"ffn_gate_inp.weight", "router.proj.weight"},
+      {"ffn_gate_inp.scale", "router.scale"},
+      {"ffn_down_exps.scale", "router.per_expert_scale"},
+      {"ffn_gate_up_exps.weight", "experts.gate_up_proj"},
+      {"ffn_down_exps.weight", "experts.down_proj"}};
+  if (!n.starts_with("blk.")) return std::string(n);  // unknown: kept, refused as unused later
+  const size_t dot = n.find('.', 4);
+  if (dot == std::string_view::npos) return std::string(n);
+  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
+  for (const auto& [g, h] : kLayer)
+    if (rest == g) return str("model.layers.", il, ".", h);
+  return std::string(n);
+}
+
 class Gemma4Model final : public DecoderLM {
  public:
   Gemma4Model(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool)
@@ -214,8 +355,8 @@ const FamilyEntry kGemma4Family = {Family::kGemma4,
                                    nullptr,
                                    parse_gemma4,
                                    make_gemma4,
-                                   {},
-                                   nullptr,
-                                   nullptr};
+                                   {"gemma4"},
+                                   gemma4_gguf_config,
+                                   gemma4_gguf_name};
 
 }  // namespace dfl
