@@ -10,7 +10,6 @@ gguf.quants), and goldens from transformers on the DEQUANTIZED weights.
 
 Writes tests/fixtures/gemma4/gguf/<name>/model.gguf and tests/fixtures/gemma4/gguf/<name>.golden.safetensors
 (same tensors as the safetensors goldens):
-  dense_f32    dense_v5, every tensor F32 (the golden equals dense_v5's)
   dense_quant  dense_v5 with token_embd / attention / ffn_down Q8_0 and ffn_gate / ffn_up Q5_0
                (widths 64 and 96 allow 32-blocks only: no K-quants at this size)
   moe_f32      moe_hub, every tensor F32 (the fused expert tensors are read as stored: the engine
@@ -39,7 +38,6 @@ from make_qwen3_fixtures import GREEDY_STEPS  # noqa: E402
 
 OUT = fc.FIXTURES / "gemma4" / "gguf"
 VARIANTS = {
-    "dense_f32": dict(src="dense_v5", quant={}),
     "dense_quant": dict(src="dense_v5", quant={"token_embd": Q.Q8_0, "attn_q": Q.Q8_0, "attn_k": Q.Q8_0,
                                                "attn_v": Q.Q8_0, "attn_output": Q.Q8_0,
                                                "ffn_down": Q.Q8_0, "ffn_gate": Q.Q5_0, "ffn_up": Q.Q5_0}),
