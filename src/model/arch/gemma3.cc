@@ -92,36 +92,6 @@ json gemma3_gguf_config(const GgufFile& f) {
   return c;
 }
 
-std::string gemma3_gguf_name(std::string_view n) {
-  static const std::pair<const char*, const char*> kTop[] = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"}};
-  for (const auto& [g, h] : kTop)
-    if (n == g) return h;
-  static const std::pair<const char*, const char*> kLayer[] = {
-      {"attn_norm.weight", "input_layernorm.weight"},
-      {"attn_q.weight", "self_attn.q_proj.weight"},
-      {"attn_k.weight", "self_attn.k_proj.weight"},
-      {"attn_v.weight", "self_attn.v_proj.weight"},
-      {"attn_output.weight", "self_attn.o_proj.weight"},
-      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
-      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
-      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
-      {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},
-      {"ffn_down.weight", "mlp.down_proj.weight"}};
-  if (!n.starts_with("blk.")) return std::string(n);  // unknown: kept, refused as unused later
-  const size_t dot = n.find('.', 4);
-  if (dot == std::string_view::npos) return std::string(n);
-  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
-  for (const auto& [g, h] : kLayer)
-    if (rest == g) return str("model.layers.", il, ".", h);
-  return std::string(n);
-}
-
 class Gemma3Model final : public DecoderLM {
  public:
   Gemma3Model(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool)
@@ -181,6 +151,6 @@ const FamilyEntry kGemma3Family = {Family::kGemma3,
                                    make_gemma3,
                                    {"gemma3"},
                                    gemma3_gguf_config,
-                                   gemma3_gguf_name};
+                                   gemma::gguf_tensor_name};
 
 }  // namespace dfl

@@ -72,12 +72,12 @@ void parse_gemma4(const json& root, ModelConfig& c, const ConfigOptions&) {
   const bool k_eq_v = opt_bool(tr, "attention_k_eq_v").value_or(false);
   const LayerSpec proto = base_layer(tr, c);
   const auto sw = opt_int(tr, "sliding_window");
-  const std::vector<bool> glob = global_layers(tr, c.n_layers);
+  std::vector<bool> glob = global_layers(tr, c.n_layers);
+  glob.back() = true;  // Gemma4TextConfig forces the last layer to full_attention (with a warning)
   // Global-layer geometry: per_layer_config (what transformers 5.24 writes) wins over the hub
   // keys global_head_dim / num_global_key_value_heads, as in Gemma4TextConfig.__post_init__.
-  const json* plc = find_key(tr, "per_layer_config");
-  DFL_CHECK(!plc || plc->is_object() || plc->is_null(), "config: per_layer_config must be an object");
-  if (plc && plc->is_null()) plc = nullptr;
+  const json* plc = find_key(tr, "per_layer_config");  // null reads as absent
+  DFL_CHECK(!plc || plc->is_object(), "config: per_layer_config must be an object");
   const int64_t global_hd = opt_int(tr, "global_head_dim").value_or(512);
   const auto global_kv = opt_int(tr, "num_global_key_value_heads");
   c.layers.assign(c.n_layers, proto);
@@ -233,43 +233,8 @@ json gemma4_gguf_config(const GgufFile& f) {
 }
 
 std::string gemma4_gguf_name(std::string_view n) {
-  static const std::pair<const char*, const char*> kTop[] = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"}};
-  for (const auto& [g, h] : kTop)
-    if (n == g) return h;
   if (n == "rope_freqs.weight") return "";  // read by gemma4_gguf_config
-  static const std::pair<const char*, const char*> kLayer[] = {
-      {"attn_norm.weight", "input_layernorm.weight"},
-      {"attn_q.weight", "self_attn.q_proj.weight"},
-      {"attn_k.weight", "self_attn.k_proj.weight"},
-      {"attn_v.weight", "self_attn.v_proj.weight"},
-      {"attn_output.weight", "self_attn.o_proj.weight"},
-      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
-      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
-      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
-      {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},
-      {"ffn_down.weight", "mlp.down_proj.weight"},
-      {"layer_output_scale.weight", "layer_scalar"},
-      {"pre_ffw_norm_2.weight", "pre_feedforward_layernorm_2.weight"},
-      {"post_ffw_norm_1.weight", "post_feedforward_layernorm_1.weight"},
-      {"post_ffw_norm_2.weight", "post_feedforward_layernorm_2.weight"},
-      {"ffn_gate_inp.weight", "router.proj.weight"},
-      {"ffn_gate_inp.scale", "router.scale"},
-      {"ffn_down_exps.scale", "router.per_expert_scale"},
-      {"ffn_gate_up_exps.weight", "experts.gate_up_proj"},
-      {"ffn_down_exps.weight", "experts.down_proj"}};
-  if (!n.starts_with("blk.")) return std::string(n);  // unknown: kept, refused as unused later
-  const size_t dot = n.find('.', 4);
-  if (dot == std::string_view::npos) return std::string(n);
-  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
-  for (const auto& [g, h] : kLayer)
-    if (rest == g) return str("model.layers.", il, ".", h);
-  return std::string(n);
+  return gguf_tensor_name(n);
 }
 
 class Gemma4Model final : public DecoderLM {

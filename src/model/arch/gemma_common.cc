@@ -1,6 +1,7 @@
 #include "model/arch/gemma_common.h"
 
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "model/config_json.h"
@@ -69,6 +70,45 @@ std::string text_prefix(const Checkpoint& ck) {
   for (const char* cand : {"model.", "model.language_model.", "language_model.model."})
     if (ck.contains(std::string(cand) + "embed_tokens.weight")) p = cand;
   return p;
+}
+
+std::string gguf_tensor_name(std::string_view n) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  for (const auto& [g, h] : kTop)
+    if (n == g) return h;
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"layer_output_scale.weight", "layer_scalar"},
+      {"pre_ffw_norm_2.weight", "pre_feedforward_layernorm_2.weight"},
+      {"post_ffw_norm_1.weight", "post_feedforward_layernorm_1.weight"},
+      {"post_ffw_norm_2.weight", "post_feedforward_layernorm_2.weight"},
+      {"ffn_gate_inp.weight", "router.proj.weight"},
+      {"ffn_gate_inp.scale", "router.scale"},
+      {"ffn_down_exps.scale", "router.per_expert_scale"},
+      {"ffn_gate_up_exps.weight", "experts.gate_up_proj"},
+      {"ffn_down_exps.weight", "experts.down_proj"}};
+  if (!n.starts_with("blk.")) return std::string(n);  // unknown: kept, refused as unused later
+  const size_t dot = n.find('.', 4);
+  if (dot == std::string_view::npos) return std::string(n);
+  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
+  for (const auto& [g, h] : kLayer)
+    if (rest == g) return str("model.layers.", il, ".", h);
+  return std::string(n);
 }
 
 const std::vector<std::string>& multimodal_prefixes() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,10 @@ void parse_gemma_head(const nlohmann::json& tr, ModelConfig& c);
 // The text weights' prefix: "model." (ForCausalLM), "model.language_model." (transformers 5
 // multimodal) or "language_model.model." (transformers 4 multimodal).
 std::string text_prefix(const Checkpoint& ck);
+
+// The HF name of a tensor in llama.cpp's gemma3 / gemma4 GGUF layout (token_embd, output_norm,
+// output, blk.<i>.<piece>); any other name is returned unchanged (then refused as unused).
+std::string gguf_tensor_name(std::string_view gguf_name);
 
 // Tensor prefixes of the multimodal towers, which a text-only run does not load.
 const std::vector<std::string>& multimodal_prefixes();
