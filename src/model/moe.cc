@@ -37,27 +37,30 @@ void load_fused_experts(const Checkpoint& ck, const std::string& gate_up, const 
   // A GGUF checkpoint presents 3-D tensors as matrices [rows, cols]: [E·2I, H] and [E·H, I].
   const TensorInfo* probe = ck.find(gate_up);
   const bool flat = probe && probe->shape.size() == 2;
-  const TensorInfo& gu = ck.require(gate_up, kFloatWeights,
+  const TensorInfo& gu = ck.require(gate_up, kFloatOrBlockWeights,
                                     flat ? std::vector<int64_t>{int64_t(E) * 2 * I, H}
                                          : std::vector<int64_t>{E, 2 * I, H});
-  const TensorInfo& dn = ck.require(down, kFloatWeights,
+  const TensorInfo& dn = ck.require(down, kFloatOrBlockWeights,
                                     flat ? std::vector<int64_t>{int64_t(E) * H, I}
                                          : std::vector<int64_t>{E, H, I});
-  const size_t es = dtype_size(gu.dtype);
-  DFL_CHECK(dn.dtype == gu.dtype, "tensor '", down, "': dtype differs from '", gate_up, "'");
-  auto view = [&](const TensorInfo& t, size_t off, int64_t n_out, int64_t n_in) {
+  // Expert e's rows: gate [e·2I, e·2I + I), up [e·2I + I, (e+1)·2I) of gate_up; [e·H, (e+1)·H) of
+  // down. Float rows are n_in elements, GGML block rows dtype_row_bytes(n_in) bytes.
+  auto view = [](const TensorInfo& t, int64_t row0, int64_t n_out, int64_t n_in) {
+    const bool block = dtype_is_block(t.dtype);
+    const int64_t rb = block ? dtype_row_bytes(t.dtype, n_in) : n_in * int64_t(dtype_size(t.dtype));
+    const uint8_t* p = static_cast<const uint8_t*>(t.data) + size_t(row0) * size_t(rb);
+    if (block) return ggml_weight(t.dtype, n_out, n_in, p);
     WeightMatrix w;
     w.dtype = t.dtype;
     w.n_out = n_out;
     w.n_in = n_in;
-    w.data = static_cast<const uint8_t*>(t.data) + off * es;
+    w.data = p;
     return w;
   };
   for (int32_t e = 0; e < E; ++e) {
-    const size_t base = size_t(e) * 2 * I * H;
-    m.gate.push_back(view(gu, base, I, H));
-    m.up.push_back(view(gu, base + size_t(I) * H, I, H));
-    m.down.push_back(view(dn, size_t(e) * H * I, H, I));
+    m.gate.push_back(view(gu, int64_t(e) * 2 * I, I, H));
+    m.up.push_back(view(gu, int64_t(e) * 2 * I + I, I, H));
+    m.down.push_back(view(dn, int64_t(e) * H, H, I));
   }
 }
 

@@ -21,8 +21,8 @@ TEST_P(Gemma4Golden, PromptForwardAndGreedyMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(All, Gemma4Golden, ::testing::Values("dense_v5", "moe_hub"));
 
 // The same checkpoints as llama.cpp's converter writes them (tools/ref/make_gemma4_gguf_fixtures.py,
-// gguf-py): Q8_0 / Q5_0 matrices (dense) and F32 (MoE) against transformers on the weights the
-// file holds (dequantized by gguf-py).
+// gguf-py): Q8_0 / Q5_0 / Q5_1 matrices and Q8_0 fused 3-D experts against transformers on the
+// weights the file holds (dequantized by gguf-py).
 class Gemma4Gguf : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Gemma4Gguf, PromptForwardAndGreedyMatchTransformers) {
@@ -30,10 +30,10 @@ TEST_P(Gemma4Gguf, PromptForwardAndGreedyMatchTransformers) {
   test::expect_matches_golden(base + "/model.gguf", base + ".golden.safetensors", "gemma4/gguf/" + GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Gemma4Gguf, ::testing::Values("dense_quant", "moe_f32"));
+INSTANTIATE_TEST_SUITE_P(All, Gemma4Gguf, ::testing::Values("dense_quant", "moe_quant"));
 
 TEST(Gemma4Gguf, ConfigFromMetadataEqualsTheHubConfig) {
-  for (const auto& [gguf, hf] : {std::pair{"dense_quant", "dense_v5"}, std::pair{"moe_f32", "moe_hub"}}) {
+  for (const auto& [gguf, hf] : {std::pair{"dense_quant", "dense_v5"}, std::pair{"moe_quant", "moe_hub"}}) {
     const ModelConfig g = load_model_config(test::fixture(std::string("gemma4/gguf/") + gguf + "/model.gguf"));
     const ModelConfig h = load_model_config(test::fixture(std::string("gemma4/") + hf));
     EXPECT_EQ(g.family, Family::kGemma4);

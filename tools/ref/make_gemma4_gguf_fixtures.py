@@ -12,8 +12,8 @@ Writes tests/fixtures/gemma4/gguf/<name>/model.gguf and tests/fixtures/gemma4/gg
 (same tensors as the safetensors goldens):
   dense_quant  dense_v5 with token_embd / attention / ffn_down Q8_0 and ffn_gate / ffn_up Q5_0
                (widths 64 and 96 allow 32-blocks only: no K-quants at this size)
-  moe_f32      moe_hub, every tensor F32 (the fused expert tensors are read as stored: the engine
-               takes F32 / BF16 / F16 experts from a GGUF, not quantized ones yet)
+  moe_quant    moe_hub with the fused 3-D experts Q8_0, the dense branch Q5_0 / Q5_1, attention
+               and router F32
 
 Run after make_gemma4_fixtures.py:  python3 tools/ref/make_gemma4_gguf_fixtures.py
 """
@@ -41,7 +41,8 @@ VARIANTS = {
     "dense_quant": dict(src="dense_v5", quant={"token_embd": Q.Q8_0, "attn_q": Q.Q8_0, "attn_k": Q.Q8_0,
                                                "attn_v": Q.Q8_0, "attn_output": Q.Q8_0,
                                                "ffn_down": Q.Q8_0, "ffn_gate": Q.Q5_0, "ffn_up": Q.Q5_0}),
-    "moe_f32": dict(src="moe_hub", quant={}),
+    "moe_quant": dict(src="moe_hub", quant={"ffn_gate_up_exps": Q.Q8_0, "ffn_down_exps": Q.Q8_0,
+                                            "ffn_gate": Q.Q5_0, "ffn_up": Q.Q5_0, "ffn_down": Q.Q5_1}),
 }
 
 
@@ -103,7 +104,7 @@ def write_gguf(path: Path, tc: dict, tensors: dict[str, np.ndarray], quant: dict
         kind = name.split(".")[-2] if name.startswith("blk.") else name.split(".")[0]
         x = t.astype(np.float32)
         qt = quant.get(kind)
-        if qt is not None and x.ndim == 2:
+        if qt is not None and x.ndim in (2, 3):
             q = quantize(x, qt)
             w.add_tensor(name, q, raw_dtype=qt)
             held[hf] = dequantize(q, qt).astype(np.float32).reshape(x.shape)
