@@ -39,6 +39,9 @@ RopeTable::RopeTable(const RopeSpec& s, float theta_override) : n_rot_(s.n_rot) 
       if (!(wl < high_wl) && !(wl > low_wl)) llama = smoothed;
       f = llama;
     }
+  } else if (s.type == "proportional") {
+    for (size_t i = 0; i < inv_freq_.size(); ++i)
+      inv_freq_[i] = int32_t(i) < s.n_angles ? inv_freq_[i] / s.factor : 0.0f;
   } else if (s.type == "linear") {
     for (auto& f : inv_freq_) f /= s.factor;
   } else if (s.type == "yarn") {

@@ -1,5 +1,5 @@
-// RoPE frequency tables (default, linear, YaRN, llama3 — same formulas as HF transformers'
-// modeling_rope_utils) and cos/sin for a list of positions.
+// RoPE frequency tables (default, linear, YaRN, llama3, proportional — same formulas as HF
+// transformers' modeling_rope_utils) and cos/sin for a list of positions.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,11 @@ namespace dfl {
 struct RopeSpec {
   float theta = 10000.0f;
   int32_t n_rot = 0;                 // rotated dims per head (int(head_dim × partial_rotary_factor))
-  std::string type = "default";      // "default" | "yarn" | "linear" | "llama3"
+  std::string type = "default";      // "default" | "yarn" | "linear" | "llama3" | "proportional"
+  // proportional (Gemma 4 global layers): n_rot = head_dim, frequency i = theta^(-2i/head_dim)
+  // for i < n_angles (= int(partial_rotary_factor·head_dim/2)) and 0 beyond (those pairs stay
+  // unrotated), all divided by factor.
+  int32_t n_angles = 0;
   float factor = 1.0f;               // yarn / linear / llama3 scaling factor
   int32_t original_max_position = 0; // yarn, llama3
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f;  // llama3

@@ -61,6 +61,11 @@ class DTypeSet {
 
 // Float dtypes a weight matrix may be stored in.
 inline constexpr DTypeSet kFloatWeights{DType::kF32, DType::kBF16, DType::kF16};
+// Float or GGML block dtypes (GGUF): what a matrix without side scales may be stored in.
+inline constexpr DTypeSet kFloatOrBlockWeights{DType::kF32,  DType::kBF16, DType::kF16,
+                                               DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                                               DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                                               DType::kQ5_K, DType::kQ6_K};
 
 class Checkpoint {
  public:

@@ -51,13 +51,13 @@ void convert_layer(DecoderLayer& l, const LoadOptions& opts, ThreadPool* pool) {
   GdnWeights& d = l.gdn;
   for (WeightMatrix* m : {&d.in_qkv, &d.in_z, &d.in_a, &d.in_b, &d.out}) ms.push_back(m);
   FfnWeights& f = l.ffn;
-  if (f.kind == FfnKind::kMoE) {
+  if (f.kind == FfnKind::kMoE || f.kind == FfnKind::kGeGLUPlusMoE) {
     for (auto* v : {&f.moe.gate, &f.moe.up, &f.moe.down})
       for (auto& m : *v) ms.push_back(&m);
     for (WeightMatrix* m : {&f.sh_gate, &f.sh_up, &f.sh_down}) ms.push_back(m);
-  } else {
-    for (WeightMatrix* m : {&f.gate, &f.up, &f.down}) ms.push_back(m);
   }
+  if (f.kind != FfnKind::kMoE)
+    for (WeightMatrix* m : {&f.gate, &f.up, &f.down}) ms.push_back(m);
   // Reserve so the stored copies never move while WeightMatrix objects point into them.
   l.owned.q8.reserve(ms.size());
   l.owned.packed.reserve(ms.size());
@@ -70,13 +70,13 @@ int64_t DecoderLayer::matrix_bytes(const ModelConfig& cfg) const {
   for (const WeightMatrix* m : {&attn.q, &attn.k, &attn.v, &attn.qkv, &attn.o, &gdn.in_qkv,
                                 &gdn.in_z, &gdn.in_a, &gdn.in_b, &gdn.out})
     if (m->data) b += weight_bytes(*m);
-  if (ffn.kind == FfnKind::kMoE) {
+  if (ffn.kind == FfnKind::kMoE || ffn.kind == FfnKind::kGeGLUPlusMoE) {
     b += weight_bytes(ffn.moe.router) + int64_t(cfg.moe ? cfg.moe->n_experts_per_tok : 0) *
                                             ffn.moe.expert_bytes();
     for (const WeightMatrix* m : {&ffn.sh_gate, &ffn.sh_up, &ffn.sh_down})
       if (m->data) b += weight_bytes(*m);
   }
-  else
+  if (ffn.kind != FfnKind::kMoE)
     b += weight_bytes(ffn.gate) + weight_bytes(ffn.up) + weight_bytes(ffn.down);
   return b;
 }
@@ -144,7 +144,10 @@ void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32
   } else {
     if (q_out) ops::matmul(a, n, w.q, q_out, pool);  // [n, nh·hd]
     ops::matmul(a, n, w.k, k_out, pool);              // [n, nkv·hd]
-    ops::matmul(a, n, w.v, v_out, pool);              // [n, nkv·vd]
+    if (w.v_from_k)
+      std::copy_n(k_out, size_t(n) * nk, v_out);      // k_eq_v (nv == nk): V before the k norm
+    else
+      ops::matmul(a, n, w.v, v_out, pool);            // [n, nkv·vd]
   }
   if (q_out) {
     if (!w.q_norm.empty())
@@ -154,6 +157,8 @@ void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32
   if (!w.k_norm.empty())
     ops::rms_norm(k_out, w.k_norm.data(), int64_t(n) * s.n_kv_heads, s.head_dim, eps, k_out, &pool);
   ops::rope_neox(k_out, n, nk, s.n_kv_heads, s.head_dim, n_rot, cos, sin, &pool);
+  if (!w.v_norm.empty())
+    ops::rms_norm(v_out, w.v_norm.data(), int64_t(n) * s.n_kv_heads, s.v_head_dim, eps, v_out, &pool);
   if (w.value_scale != 1.0f)  // before the cache write (HF scales V before cache.update)
     for (int64_t i = 0, e = int64_t(n) * nv; i < e; ++i) v_out[i] *= w.value_scale;
 }
@@ -217,6 +222,23 @@ void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t
         for (int32_t c = 0; c < H; ++c) yr[c] += sg * tr[c];
       }
     }
+  } else if (w.kind == FfnKind::kGeGLUPlusMoE) {
+    // y = post_norm_1(GeGLU(a)) + post_norm_2(MoE(norm_2(x)) routed on router_norm(x)).
+    const int64_t I = w.gate.n_out;
+    float* g = Scratch::ensure(sc.g, size_t(R) * I);
+    float* u = Scratch::ensure(sc.u, size_t(R) * I);
+    float* e = Scratch::ensure(sc.e, size_t(R) * H);
+    float* r = Scratch::ensure(sc.r, size_t(R) * H);
+    ops::matmul(a, R, w.gate, g, pool);
+    ops::matmul(a, R, w.up, u, pool);
+    ops::gelu_tanh_mul(g, u, int64_t(R) * I, g, &pool);
+    ops::matmul(g, R, w.down, y, pool);  // [R, H]
+    ops::rms_norm(y, w.post_norm_1.data(), R, H, eps, y, &pool);
+    ops::rms_norm(x, w.router_norm.data(), R, H, eps, r, &pool);
+    ops::rms_norm(x, w.norm_2.data(), R, H, eps, a, &pool);
+    moe_forward(w.moe, *cfg.moe, a, R, H, e, sc.moe, pool, nullptr, r);
+    ops::rms_norm(e, w.post_norm_2.data(), R, H, eps, e, &pool);
+    ops::add_inplace(y, e, int64_t(R) * H, &pool);
   } else {  // gated: act(gate(a)) ⊙ up(a) → down
     const int64_t I = w.gate.n_out;
     float* g = Scratch::ensure(sc.g, size_t(R) * I);

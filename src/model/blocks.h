@@ -4,13 +4,17 @@
 //   attention:  norm → QKV projection (split, or fused in T shards of [Q_s; K_s; V_s]; with an
 //               output gate the q rows of each head are [query | gate]) → optional per-head
 //               q/k RMSNorm → RoPE on the leading n_rot dims (tables from the step plan) →
+//               optional per-head v RMSNorm (V may be the raw k projection: Gemma 4 k_eq_v) →
 //               value scale → per segment: K/V into the pool + attention over the segment's KV
 //               view → optional output gate o ⊙ σ(gate) → output projection → optional post
 //               norm → residual add
 //   (norm weights are effective weights: zero-centred (1+w) norms are folded at load time,
 //   model/weights.h load_norm; the other token mixer, Gated DeltaNet, is model/gdn.h)
 //   ffn:        norm → SwiGLU | GeGLU | MoE (+ optional gated shared expert) → optional post norm →
-//               residual add
+//               residual add; Gemma 4's MoE layers (kGeGLUPlusMoE) add, before the post norm,
+//               post_norm_1(GeGLU(norm(x))) + post_norm_2(MoE(routed by router_norm(x), on
+//               norm_2(x))) — both branches read the residual stream x
+//   layer:      optional out_scale multiply of the residual stream (Gemma 4 layer_scalar)
 //   (an optional SublayerWrap rewrites the normed input and the output before the residual add:
 //   DFlash2's dynamic convolutions, model/dflash2_draft.h)
 #pragma once
@@ -38,6 +42,8 @@ struct AttnWeights {
   WeightMatrix qkv;                   // fused: [T·(q_s + k_s + v_s), H]
   int64_t shards = 1, q_s = 0, k_s = 0, v_s = 0;
   std::vector<float> q_norm, k_norm;  // [head_dim] each, or empty (no q/k norm)
+  std::vector<float> v_norm;          // [v_head_dim] or empty (Gemma 4: ones, a no-scale norm)
+  bool v_from_k = false;              // no v matrix: V = the raw (pre-norm) k projection
   WeightMatrix o;                     // [H, nh·vd]
   std::vector<float> post_norm;       // [H] or empty (Gemma's post-attention norm)
   std::vector<float> sinks;           // [nh] or empty
@@ -47,7 +53,8 @@ struct AttnWeights {
   bool out_gate = false;              // q projection [nh·2·hd, H]: per head [query | gate]
 };
 
-enum class FfnKind : uint8_t { kSwiGLU, kGeGLU, kMoE };  // GeGLU: gelu_tanh(gate) ⊙ up
+// GeGLU: gelu_tanh(gate) ⊙ up; kGeGLUPlusMoE: Gemma 4's dense GeGLU and MoE side by side.
+enum class FfnKind : uint8_t { kSwiGLU, kGeGLU, kMoE, kGeGLUPlusMoE };
 
 struct FfnWeights {
   FfnKind kind = FfnKind::kSwiGLU;
@@ -58,6 +65,9 @@ struct FfnWeights {
   // kMoE with a shared expert (Qwen3.5-MoE): y += σ(h·w_sg) · SwiGLU_shared(h)
   WeightMatrix sh_gate, sh_up, sh_down;  // [Is, H], [Is, H], [H, Is]
   std::vector<float> sh_gate_w;          // [H] shared_expert_gate
+  // kGeGLUPlusMoE: the norms of the second branch (effective weights, [H] each); router_norm
+  // already holds router.scale · H^-0.5 (a no-scale norm times those).
+  std::vector<float> post_norm_1, norm_2, post_norm_2, router_norm;
 };
 
 struct DecoderLayer {
@@ -65,6 +75,7 @@ struct DecoderLayer {
   AttnWeights attn;
   GdnWeights gdn;
   FfnWeights ffn;
+  float out_scale = 1.0f;        // the residual stream × this after the layer (Gemma 4)
   OwnedWeights owned;            // load-time copies (LoadOptions.weights_format)
   int64_t matrix_bytes(const ModelConfig& cfg) const;  // bytes one decode step reads
 };
@@ -110,7 +121,7 @@ void require_all_used(const Checkpoint& ck, const ModelConfig& cfg,
 //   a [R, H] normed input / sublayer output   q [R, nh·hd]   k [R, nkv·hd]   v [R, nkv·vd]
 //   o [R, nh·vd] attention output   t [R, fused qkv width]   g, u [R, I] FFN   y [R, H] FFN out
 struct Scratch {
-  std::vector<float> a, q, k, v, o, t, g, u, y, gate;
+  std::vector<float> a, q, k, v, o, t, g, u, y, gate, e, r;  // e, r [R, H]: kGeGLUPlusMoE
   KvViewScratch view;
   MoEScratch moe;
   GdnScratch gdn;

@@ -27,6 +27,7 @@ const char* family_name(Family f) {
     case Family::kGemma3: return "gemma3";
     case Family::kQwen35: return "qwen3_5";
     case Family::kLlama: return "llama";
+    case Family::kGemma4: return "gemma4";
   }
   return "?";
 }
@@ -137,9 +138,16 @@ RopeSpec parse_rope(const json& root, int32_t head_dim) {
       if (type == "yarn")
         DFL_CHECK(r.original_max_position > 0,
                   "config: yarn rope scaling needs original_max_position_embeddings");
+    } else if (type == "proportional") {
+      // Rotates a partial_rotary_factor share of the frequencies, over the whole head.
+      r.type = type;
+      r.factor = static_cast<float>(opt_num(*s, "factor").value_or(1.0));
+      DFL_CHECK(r.factor > 0.0f, "config: proportional rope factor must be positive");
+      r.n_angles = static_cast<int32_t>(partial * head_dim / 2);
+      r.n_rot = head_dim - head_dim % 2;
     } else {
       DFL_CHECK(type == "default", "config: unsupported rope type '", type,
-                "' (supported: default, linear, yarn, llama3)");
+                "' (supported: default, linear, yarn, llama3, proportional)");
     }
   }
   return r;

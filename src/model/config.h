@@ -12,7 +12,7 @@
 
 namespace dfl {
 
-enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2, kGemma3, kQwen35, kLlama };
+enum class Family : uint8_t { kQwen3, kDFlashDraft, kMiMoV2, kGemma3, kQwen35, kLlama, kGemma4 };
 const char* family_name(Family f);
 
 // The token mixer of a layer: attention over the KV pool, or Gated DeltaNet over a recurrent
@@ -33,6 +33,7 @@ struct LayerSpec {
   RopeSpec rope;
   float attn_scale = 0.0f;     // logit scale; 0 = head_dim^-0.5 (Gemma: query_pre_attn_scalar^-0.5)
   bool moe = false;
+  bool v_from_k = false;       // no v_proj: V = the raw k projection (Gemma 4 attention_k_eq_v)
 };
 
 // DFlash2 additions (DFLASH-SPEC §6; model/dflash2_draft.h): keys from dflash_config, else the
@@ -81,6 +82,7 @@ struct MoESpec {
   int32_t shared_intermediate_size = 0;   // > 0: a shared expert gated by σ(h·w_sg) (Qwen3.5)
   std::string topk_method = "noaux_tc";   // noaux_tc: e_score_correction_bias for selection only
   std::string router_dtype = "float32";   // moe_router_dtype (the engine computes in fp32)
+  bool gelu_experts = false;              // experts are GeGLU (tanh GELU), not SwiGLU (Gemma 4)
 };
 
 // MiMo-V2-Flash / MiMo-V2.5 specifics (docs/MIMO.md). Per-layer geometry lives in LayerSpec.

@@ -214,6 +214,7 @@ void DecoderLM::forward_stage(const ForwardBatch& b, const float* x_in, BatchOut
       attention_sublayer(l.attn, cfg_.layers[il], x, plan_, H, cfg_.rms_norm_eps, kv,
                          kv_layer_[il], sc_, pool_);
     ffn_sublayer(l.ffn, cfg_, x, rows, sc_, pool_);
+    if (l.out_scale != 1.0f) ops::scale_inplace(x, int64_t(rows) * H, l.out_scale, &pool_);
     capture_taps(b, il + 1, out);
   }
   for (const SegmentSpec& g : b.segs) kv.commit_length(g.seq, g.pos0 + g.n);

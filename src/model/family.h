@@ -47,6 +47,7 @@ extern const FamilyEntry kDFlashDraftFamily;
 extern const FamilyEntry kGemma3Family;
 extern const FamilyEntry kQwen35Family;
 extern const FamilyEntry kLlamaFamily;
+extern const FamilyEntry kGemma4Family;
 
 // Every family, in lookup order (claims first).
 const std::vector<const FamilyEntry*>& all_families();

@@ -13,12 +13,10 @@ int64_t MoEWeights::expert_bytes() const {
   return gate.empty() ? 0 : weight_bytes(gate[0]) + weight_bytes(up[0]) + weight_bytes(down[0]);
 }
 
-MoEWeights load_moe(const Checkpoint& ck, const std::string& p, const MoESpec& s, int32_t H,
-                    Fp8ScaleStore& store, int64_t bo, int64_t bi) {
-  MoEWeights m;
-  const int32_t E = s.n_routed_experts, I = s.moe_intermediate_size;
+void load_router_f32(const Checkpoint& ck, const std::string& name, int32_t E, int32_t H,
+                     MoEWeights& m) {
   // The router is computed in fp32 whatever it is stored in (vLLM/HF keep it fp32).
-  const TensorInfo& r = ck.require(p + "mlp.gate.weight", kFloatWeights, {E, H});
+  const TensorInfo& r = ck.require(name, kFloatWeights, {E, H});
   m.router_f32.resize(size_t(E) * H);
   WeightMatrix raw;
   raw.dtype = r.dtype;
@@ -32,29 +30,51 @@ MoEWeights load_moe(const Checkpoint& ck, const std::string& p, const MoESpec& s
   m.router.n_out = E;
   m.router.n_in = H;
   m.router.data = m.router_f32.data();
+}
+
+void load_fused_experts(const Checkpoint& ck, const std::string& gate_up, const std::string& down,
+                        int32_t E, int32_t I, int32_t H, MoEWeights& m) {
+  // A GGUF checkpoint presents 3-D tensors as matrices [rows, cols]: [E·2I, H] and [E·H, I].
+  const TensorInfo* probe = ck.find(gate_up);
+  const bool flat = probe && probe->shape.size() == 2;
+  const TensorInfo& gu = ck.require(gate_up, kFloatOrBlockWeights,
+                                    flat ? std::vector<int64_t>{int64_t(E) * 2 * I, H}
+                                         : std::vector<int64_t>{E, 2 * I, H});
+  const TensorInfo& dn = ck.require(down, kFloatOrBlockWeights,
+                                    flat ? std::vector<int64_t>{int64_t(E) * H, I}
+                                         : std::vector<int64_t>{E, H, I});
+  // Expert e's rows: gate [e·2I, e·2I + I), up [e·2I + I, (e+1)·2I) of gate_up; [e·H, (e+1)·H) of
+  // down. Float rows are n_in elements, GGML block rows dtype_row_bytes(n_in) bytes.
+  auto view = [](const TensorInfo& t, int64_t row0, int64_t n_out, int64_t n_in) {
+    const bool block = dtype_is_block(t.dtype);
+    const int64_t rb = block ? dtype_row_bytes(t.dtype, n_in) : n_in * int64_t(dtype_size(t.dtype));
+    const uint8_t* p = static_cast<const uint8_t*>(t.data) + size_t(row0) * size_t(rb);
+    if (block) return ggml_weight(t.dtype, n_out, n_in, p);
+    WeightMatrix w;
+    w.dtype = t.dtype;
+    w.n_out = n_out;
+    w.n_in = n_in;
+    w.data = p;
+    return w;
+  };
+  for (int32_t e = 0; e < E; ++e) {
+    m.gate.push_back(view(gu, int64_t(e) * 2 * I, I, H));
+    m.up.push_back(view(gu, int64_t(e) * 2 * I + I, I, H));
+    m.down.push_back(view(dn, int64_t(e) * H, H, I));
+  }
+}
+
+MoEWeights load_moe(const Checkpoint& ck, const std::string& p, const MoESpec& s, int32_t H,
+                    Fp8ScaleStore& store, int64_t bo, int64_t bi) {
+  MoEWeights m;
+  const int32_t E = s.n_routed_experts, I = s.moe_intermediate_size;
+  load_router_f32(ck, p + "mlp.gate.weight", E, H, m);
   if (ck.find(p + "mlp.gate.e_score_correction_bias"))
     m.bias = load_vector(ck, p + "mlp.gate.e_score_correction_bias", E);
   else
     m.bias.assign(E, 0.0f);
   if (ck.contains(p + "mlp.experts.gate_up_proj")) {
-    const TensorInfo& gu = ck.require(p + "mlp.experts.gate_up_proj", kFloatWeights, {E, 2 * I, H});
-    const TensorInfo& dn = ck.require(p + "mlp.experts.down_proj", kFloatWeights, {E, H, I});
-    const size_t es = dtype_size(gu.dtype);
-    DFL_CHECK(dn.dtype == gu.dtype, "tensor '", p, "mlp.experts.down_proj': dtype differs from gate_up_proj");
-    auto view = [&](const TensorInfo& t, size_t off, int64_t n_out, int64_t n_in) {
-      WeightMatrix w;
-      w.dtype = t.dtype;
-      w.n_out = n_out;
-      w.n_in = n_in;
-      w.data = static_cast<const uint8_t*>(t.data) + off * es;
-      return w;
-    };
-    for (int32_t e = 0; e < E; ++e) {
-      const size_t base = size_t(e) * 2 * I * H;
-      m.gate.push_back(view(gu, base, I, H));
-      m.up.push_back(view(gu, base + size_t(I) * H, I, H));
-      m.down.push_back(view(dn, size_t(e) * H * I, H, I));
-    }
+    load_fused_experts(ck, p + "mlp.experts.gate_up_proj", p + "mlp.experts.down_proj", E, I, H, m);
     return m;
   }
   for (int32_t e = 0; e < E; ++e) {
@@ -132,13 +152,16 @@ void moe_route(const MoESpec& s, const float* logits, const float* bias, int32_t
 }
 
 void moe_forward(const MoEWeights& mw, const MoESpec& s, const float* h, int32_t n, int32_t H,
-                 float* out, MoEScratch& sc, ThreadPool& pool, int32_t* route_out) {
+                 float* out, MoEScratch& sc, ThreadPool& pool, int32_t* route_out,
+                 const float* router_in) {
   const int32_t E = s.n_routed_experts, K = s.n_experts_per_tok, I = s.moe_intermediate_size;
   sc.logits.resize(size_t(n) * E);
   sc.idx.resize(size_t(n) * K);
   sc.w.resize(size_t(n) * K);
-  ops::matmul(h, n, mw.router, sc.logits.data(), pool);  // [n, E] fp32
+  ops::matmul(router_in ? router_in : h, n, mw.router, sc.logits.data(), pool);  // [n, E] fp32
   moe_route(s, sc.logits.data(), mw.bias.data(), n, sc.idx.data(), sc.w.data());
+  if (!mw.expert_scale.empty())
+    for (size_t i = 0; i < sc.w.size(); ++i) sc.w[i] *= mw.expert_scale[size_t(sc.idx[i])];
   if (route_out) std::copy(sc.idx.begin(), sc.idx.end(), route_out);
   std::fill(out, out + size_t(n) * H, 0.0f);
   sc.xg.resize(size_t(n) * H);
@@ -162,7 +185,10 @@ void moe_forward(const MoEWeights& mw, const MoESpec& s, const float* h, int32_t
       std::copy_n(h + size_t(sc.rows[i]) * H, H, sc.xg.data() + size_t(i) * H);
     ops::matmul(sc.xg.data(), m, mw.gate[e], sc.g.data(), pool);  // [m, I]
     ops::matmul(sc.xg.data(), m, mw.up[e], sc.u.data(), pool);    // [m, I]
-    ops::silu_mul(sc.g.data(), sc.u.data(), int64_t(m) * I, sc.g.data());
+    if (s.gelu_experts)
+      ops::gelu_tanh_mul(sc.g.data(), sc.u.data(), int64_t(m) * I, sc.g.data());
+    else
+      ops::silu_mul(sc.g.data(), sc.u.data(), int64_t(m) * I, sc.g.data());
     ops::matmul(sc.g.data(), m, mw.down[e], sc.y.data(), pool);   // [m, H]
     for (int32_t i = 0; i < m; ++i) {
       float* o = out + size_t(sc.rows[i]) * H;

@@ -9,6 +9,9 @@
 // ffn_sublayer (model/blocks.h).
 // Experts run only for the rows routed to them: a block of B rows touches the union of their
 // experts, and each used expert does one batched matmul over its gathered rows.
+// Gemma 4 (TARGETS-SPEC §4.3): softmax scoring, w = s[idx] / Σ s[idx] × per_expert_scale[idx]
+// (MoEWeights::expert_scale), GeGLU experts (MoESpec::gelu_experts), and the router reads its
+// own input (moe_forward's router_in).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,7 @@ struct MoEWeights {
   WeightMatrix router;               // [E, H] fp32 copy (router_f32_)
   std::vector<float> router_f32;     // owns the fp32 router table
   std::vector<float> bias;           // [E] e_score_correction_bias (zeros if absent)
+  std::vector<float> expert_scale;   // [E] routing weight × this (Gemma 4), or empty
   std::vector<WeightMatrix> gate, up, down;  // per expert: [I, H], [I, H], [H, I]
   int64_t expert_bytes() const;      // bytes of one expert's three matrices (expert 0)
 };
@@ -35,6 +39,13 @@ struct MoEWeights {
 // "<prefix>mlp.experts.{e}.{gate,up,down}_proj.weight" (+ FP8 scales).
 MoEWeights load_moe(const Checkpoint& ck, const std::string& prefix, const MoESpec& spec,
                     int32_t hidden, Fp8ScaleStore& store, int64_t block_out, int64_t block_in);
+
+// The router [E, H] as an fp32 copy from `name`.
+void load_router_f32(const Checkpoint& ck, const std::string& name, int32_t E, int32_t H,
+                     MoEWeights& m);
+// Expert views into fused tensors gate_up [E, 2I, H] (gate rows first) and down [E, H, I].
+void load_fused_experts(const Checkpoint& ck, const std::string& gate_up, const std::string& down,
+                        int32_t E, int32_t I, int32_t H, MoEWeights& m);
 
 // Loads the fused expert layout instead when "<prefix>mlp.experts.gate_up_proj" [E, 2I, H] (gate
 // rows first) and "<prefix>mlp.experts.down_proj" [E, H, I] are present (transformers 5's
@@ -51,8 +62,10 @@ struct MoEScratch {
   std::vector<float> row_w;
 };
 
-// out [n, H] = MoE(h [n, H]) (overwritten). `route_out` (optional) receives idx [n, k].
+// out [n, H] = MoE(h [n, H]) (overwritten). `route_out` (optional) receives idx [n, k];
+// `router_in` [n, H] (optional) is what the router reads instead of h.
 void moe_forward(const MoEWeights& mw, const MoESpec& spec, const float* h, int32_t n, int32_t H,
-                 float* out, MoEScratch& sc, ThreadPool& pool, int32_t* route_out = nullptr);
+                 float* out, MoEScratch& sc, ThreadPool& pool, int32_t* route_out = nullptr,
+                 const float* router_in = nullptr);
 
 }  // namespace dfl

@@ -10,7 +10,7 @@ namespace dfl {
 const std::vector<const FamilyEntry*>& all_families() {
   static const std::vector<const FamilyEntry*> table = {&kDFlashDraftFamily, &kQwen3Family,
                                                         &kMiMoV2Family, &kGemma3Family, &kQwen35Family,
-                                                        &kLlamaFamily};
+                                                        &kLlamaFamily, &kGemma4Family};
   return table;
 }
 

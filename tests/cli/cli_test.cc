@@ -196,6 +196,70 @@ TEST(Cli, InspectShowsHybridStateAndDrafterTaps) {
   EXPECT_NE(t.out.find("tap 7: target layer 37 -> aux 38"), std::string::npos) << t.out;
 }
 
+// Gemma 4 (public configs, tests/fixtures/configs, tools/ref/make_gemma4_configs.py): layer kinds
+// (full attention at i % 6 == 5 with their own head_dim 512 / KV heads, V = raw K), KV bytes
+// (bf16 per token of full layers: n_global × kv × 512 × 2 (K, V) × 2 B; per ring slot: n_sliding ×
+// kv × 256 × 2 × 2 B; ring = window + block), and the drafter's tap table with the kinds of the
+// tapped target layers (two of the six are global) and its two draft KV groups.
+TEST(Cli, InspectGemma4TargetsAndDrafter) {
+  struct Want { const char* name; int layers, global_kv, sliding_kv, bf16_per_token, bf16_per_slot; };
+  for (const Want& w : {Want{"gemma-4-31B-it", 60, 4, 16, 10 * 4 * 512 * 2 * 2, 50 * 16 * 256 * 2 * 2},
+                        Want{"gemma-4-26B-A4B-it", 30, 2, 8, 5 * 2 * 512 * 2 * 2, 25 * 8 * 256 * 2 * 2}}) {
+    const Proc p = run_dflash("inspect " + fixture(std::string("configs/") + w.name) + " --json");
+    ASSERT_EQ(p.rc, 0) << p.err;
+    const auto j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["family"], "gemma4");
+    ASSERT_EQ(j["layers"].size(), size_t(w.layers));
+    for (int il = 0; il < w.layers; ++il) {
+      const auto& l = j["layers"][il];
+      const bool global = il % 6 == 5;
+      EXPECT_EQ(l["attention"], global ? "full" : "sliding") << w.name << " " << il;
+      EXPECT_EQ(l["head_dim"], global ? 512 : 256);
+      EXPECT_EQ(l["num_kv_heads"], global ? w.global_kv : w.sliding_kv);
+      EXPECT_EQ(l["v_from_k"], global);
+      EXPECT_EQ(l["rope_type"], global ? "proportional" : "default");
+      EXPECT_EQ(l["rotary_dims"], global ? 128 : 256);  // 0.25 of the 512-dim head turns
+      EXPECT_EQ(l["sliding_window"], global ? 0 : 1024);
+    }
+    EXPECT_EQ(j["kv_cache"]["bf16_full_layers_bytes_per_token"], w.bf16_per_token) << w.name;
+    EXPECT_EQ(j["kv_cache"]["bf16_sliding_bytes_per_slot"], w.bf16_per_slot) << w.name;
+    EXPECT_EQ(j["kv_cache"]["sliding_ring_slots"], 1024 + 16);
+  }
+  const Proc m = run_dflash("inspect " + fixture("configs/gemma-4-26B-A4B-it"));
+  ASSERT_EQ(m.rc, 0) << m.err;
+  EXPECT_NE(m.out.find("\"n_routed_experts\":128"), std::string::npos) << m.out;
+  const Proc d = run_dflash("inspect " + fixture("configs/gemma-4-31B-it-DFlash") + " --target " +
+                            fixture("configs/gemma-4-31B-it") + " --json");
+  ASSERT_EQ(d.rc, 0) << d.err;
+  const auto k = nlohmann::json::parse(d.out);
+  EXPECT_EQ(k["dflash"]["target_layer_ids"], nlohmann::json({1, 12, 23, 35, 46, 57}));
+  EXPECT_EQ(k["dflash"]["mask_token_id"], 4);
+  EXPECT_EQ(k["dflash"]["block_size"], 16);
+  EXPECT_EQ(k["dflash"]["taps_on_full_attention_layers"], 2);
+  EXPECT_EQ(k["dflash"]["taps"][2]["target_layer_kind"], "full");
+  EXPECT_EQ(k["dflash"]["taps"][3]["target_layer_kind"], "full");
+  EXPECT_EQ(k["dflash"]["taps"][0]["target_layer_kind"], "sliding");
+  EXPECT_EQ(k["dflash"]["taps"][3]["aux_index"], 36);
+  // Two draft KV groups: causal sliding (2048) layers in a ring, a non-causal full layer.
+  for (int il = 0; il < 4; ++il) {
+    EXPECT_EQ(k["layers"][il]["attention"], "sliding");
+    EXPECT_EQ(k["layers"][il]["window"], nlohmann::json({2047, 0}));
+  }
+  EXPECT_EQ(k["layers"][4]["attention"], "full");
+  EXPECT_EQ(k["layers"][4]["causal"], false);
+  EXPECT_EQ(k["kv_cache"]["bf16_full_layers_bytes_per_token"], 8 * 128 * 2 * 2);
+  EXPECT_EQ(k["kv_cache"]["bf16_sliding_bytes_per_slot"], 4 * 8 * 128 * 2 * 2);
+  const Proc t = run_dflash("inspect " + fixture("configs/gemma-4-31B-it-DFlash") + " --target " +
+                            fixture("configs/gemma-4-31B-it"));
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_NE(t.out.find("tap 3: target layer 35 (full) -> aux 36"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("2 of 6 taps on full-attention target layers"), std::string::npos) << t.out;
+  // A drafter against a target it was not made for is refused (hidden 5376 vs 2816).
+  const Proc bad = run_dflash("inspect " + fixture("configs/gemma-4-31B-it-DFlash") + " --target " +
+                              fixture("configs/gemma-4-26B-A4B-it"));
+  EXPECT_NE(bad.rc, 0);
+}
+
 TEST(Cli, InspectWorksOnAConfigOnlyFolder) {
   TempDir t;
   fs::copy_file(fixture("dflash/mixed_swa/draft/config.json"), t.str() + "/config.json");

@@ -25,10 +25,12 @@ constexpr double kGoldenTol = 1e-4;
 // A target checkpoint against its transformers golden (golden.safetensors: prompt_ids, embed,
 // layer_out, logits, greedy_ids, greedy_logits): the prompt forward with every tap, then 32
 // greedy steps one token at a time with the KV cache. `tag` names the fixture in the output.
-inline void expect_matches_golden(const std::string& dir, const std::string& tag) {
-  Golden g(dir + "/golden.safetensors");
+// `model_path`: a folder or a .gguf file; `golden_path`: its golden.safetensors.
+inline void expect_matches_golden(const std::string& model_path, const std::string& golden_path,
+                                  const std::string& tag) {
+  Golden g(golden_path);
   auto pool = make_pool();
-  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
+  auto model = load_causal_lm(model_path, LoadOptions{}, *pool);
   const ModelConfig& c = model->config();
   const int32_t L = c.n_layers, H = c.hidden_size, V = c.vocab_size;
   const auto prompt = g.i32("prompt_ids");
@@ -85,5 +87,8 @@ inline void expect_matches_golden(const std::string& dir, const std::string& tag
               ours == greedy ? "identical" : "DIFFER", e_steps);
 }
 
+inline void expect_matches_golden(const std::string& dir, const std::string& tag) {
+  expect_matches_golden(dir, dir + "/golden.safetensors", tag);
+}
 
 }  // namespace dfl::test

@@ -308,5 +308,27 @@ TEST(SamplingDistribution, Qwen35SpeculativeMatchesTargetDistribution) {
   EXPECT_LT(acc_s, dr_s);
 }
 
+// T > 0 on the Gemma 4 target with its gemma-4-style drafter (mixed causal-sliding / non-causal
+// full draft layers, the target's scaled embedding and soft-capped head).
+TEST(SamplingDistribution, Gemma4SpeculativeMatchesTargetDistribution) {
+  SpecSetup s(test::fixture("gemma4/dense_v5"), test::fixture("dflash/gemma4_mixed/draft"), 0.25f);
+  s.sp.temperature = 1.0f;
+  s.sp.top_k = 4;
+  const auto exact = s.exact();
+  const int N = 3000;
+  int64_t acc_d = 0, dr_d = 0, acc_s = 0, dr_s = 0;
+  const auto spec = s.run_generator(s.dflash.get(), N, 710001, &acc_d, &dr_d);
+  const auto self = s.run_generator(s.self.get(), N, 810001, &acc_s, &dr_s);
+  const auto c_spec = test::chi2_gof(spec, exact, N);
+  const auto c_self = test::chi2_gof(self, exact, N);
+  std::printf("[T>0 gemma4] DFlash chi2 %.1f (accepted %lld/%lld) | self-draft chi2 %.1f "
+              "(accepted %lld/%lld), reject > %.1f\n", c_spec.stat, (long long)acc_d,
+              (long long)dr_d, c_self.stat, (long long)acc_s, (long long)dr_s, c_spec.threshold);
+  EXPECT_FALSE(c_spec.reject());
+  EXPECT_FALSE(c_self.reject());
+  EXPECT_GT(acc_s, dr_s / 5);
+  EXPECT_LT(acc_s, dr_s);
+}
+
 }  // namespace
 }  // namespace dfl

@@ -23,7 +23,7 @@ struct PairDef {
 
 std::vector<PairDef> all_pairs() {
   std::vector<PairDef> v;
-  for (const char* n : {"zlab_full", "mimo_style", "mixed_swa", "dflash2_noncausal"}) {
+  for (const char* n : {"zlab_full", "mimo_style", "mixed_swa", "dflash2_noncausal", "gemma4_mixed"}) {
     const auto meta = test::read_json(test::fixture(std::string("dflash/") + n + "/meta.json"));
     v.push_back({n, test::repo_root() + "/" + meta.at("target").get<std::string>(),
                  test::fixture(std::string("dflash/") + n + "/draft")});
@@ -250,7 +250,7 @@ TEST(Lossless, GreedyDFlashEqualsTargetOnly) {
 // mistakes injected at random places) drives every acceptance length through the generator.
 TEST(Lossless, ScriptedProposerAllAcceptanceLengths) {
   for (const char* tname : {"qwen3/sharded", "default/target", "qwen35/flat_untied",
-                            "qwen35/nested_tied"}) {
+                            "qwen35/nested_tied", "gemma4/dense_v5", "gemma4/moe_hub"}) {
     auto pool = test::make_pool(1);
     auto target = load_causal_lm(test::fixture(tname), LoadOptions{}, *pool);
     const int32_t V = target->config().vocab_size;
@@ -437,7 +437,7 @@ TEST(Lossless, ThreadCountDoesNotMatter) {
 // The golden greedy continuation of the target fixture is what the engine produces, with and
 // without the drafter (an end-to-end anchor to the HF reference, not just self-consistency).
 TEST(Lossless, MatchesHFGreedyGolden) {
-  for (const char* dname : {"zlab_full", "mixed_swa", "dflash2_noncausal"}) {
+  for (const char* dname : {"zlab_full", "mixed_swa", "dflash2_noncausal", "gemma4_mixed"}) {
     const auto meta = test::read_json(test::fixture(std::string("dflash/") + dname + "/meta.json"));
     const std::string tdir = test::repo_root() + "/" + meta.at("target").get<std::string>();
     test::Golden tg(tdir + "/golden.safetensors");

@@ -193,7 +193,8 @@ TEST_P(DFlashGolden, ChunkedContextAndRepeatedBlocks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DFlashGolden,
-                         ::testing::Values("zlab_full", "mimo_style", "mixed_swa", "dflash2_noncausal"));
+                         ::testing::Values("zlab_full", "mimo_style", "mixed_swa", "dflash2_noncausal",
+                                           "gemma4_mixed"));
 
 // MiMo: the mask embedding sidecar is loaded and used, and the value scale / backbone base
 // are applied (the golden without them is far away from ours).

@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,7 @@ const std::vector<FlagSpec> kFlags = {
                                  "rank, bytes per token across the stage boundaries"},
     {"--pp-layers", "A,B,...", "with --pipeline-parallel: layers per stage (default: split by weight bytes)"},
     {"--draft", "DIR", "with --pipeline-parallel: the DFlash drafter whose taps ride the relay"},
+    {"--target", "DIR", "a drafter's target: each tap's target layer kind (sliding / full)"},
     {"--help", "", "show this help"},
 };
 
@@ -58,8 +60,10 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
     e["head_dim"] = l.head_dim;
     e["v_head_dim"] = l.v_head_dim;
     e["rope_theta"] = l.rope.theta;
-    e["rotary_dims"] = l.rope.n_rot;
+    // Dims that really rotate: proportional RoPE (Gemma 4) spans the head but turns 2·n_angles.
+    e["rotary_dims"] = l.rope.type == "proportional" ? 2 * l.rope.n_angles : l.rope.n_rot;
     e["rope_type"] = l.rope.type;
+    e["v_from_k"] = l.v_from_k;
     e["moe"] = l.moe;
     layers.push_back(e);
   }
@@ -189,7 +193,7 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
 int cmd_inspect(int argc, char** argv) {
   Args args(kFlags, argc, argv, 2);
   if (args.has("--help")) {
-    std::cout << usage("dflash inspect DIR [--json] [--context N]", kFlags);
+    std::cout << usage("dflash inspect DIR [--json] [--context N] [--target DIR]", kFlags);
     return 0;
   }
   DFL_CHECK(args.positional().size() == 1, "inspect takes exactly one model folder");
@@ -209,6 +213,24 @@ int cmd_inspect(int argc, char** argv) {
     pi.slack = int32_t(slack);
     j["pipeline"] = pipeline_plan(c, pi);
   }
+  if (args.has("--target")) {
+    DFL_CHECK(c.dflash, "--target is for a drafter; '", args.positional()[0], "' is a target");
+    const ModelConfig t = load_model_config(args.str("--target"));
+    DFL_CHECK(t.hidden_size == c.hidden_size, "drafter hidden_size ", c.hidden_size,
+              " does not match the target's ", t.hidden_size);
+    int n_full = 0;
+    for (auto& tap : j["dflash"]["taps"]) {
+      const int32_t tl = tap["target_layer"].get<int32_t>();
+      DFL_CHECK(tl >= 0 && tl < t.n_layers, "tap names target layer ", tl, " but the target has ",
+                t.n_layers, " layers");
+      const LayerSpec& l = t.layers[tl];
+      tap["target_layer_kind"] = l.mixer == MixerKind::kGatedDeltaNet ? "gated_deltanet"
+                                                                     : attn_kind_name(l.attn);
+      n_full += l.mixer == MixerKind::kAttention && l.attn == AttnKind::kFull;
+    }
+    j["dflash"]["target"] = t.dir;
+    j["dflash"]["taps_on_full_attention_layers"] = n_full;
+  }
   if (args.has("--json")) {
     std::cout << j.dump() << "\n";
     return 0;
@@ -224,8 +246,14 @@ int cmd_inspect(int argc, char** argv) {
               << d["mask_embedding"].dump() << ", dialect " << d["dialect"].get<std::string>()
               << "\n";
     for (const auto& t : d["taps"])
-      std::cout << "  tap " << t["tap"] << ": target layer " << t["target_layer"] << " -> aux "
-                << t["aux_index"] << "\n";
+      std::cout << "  tap " << t["tap"] << ": target layer " << t["target_layer"]
+                << (t.contains("target_layer_kind")
+                        ? " (" + t["target_layer_kind"].get<std::string>() + ")"
+                        : std::string())
+                << " -> aux " << t["aux_index"] << "\n";
+    if (d.contains("taps_on_full_attention_layers"))
+      std::cout << "  " << d["taps_on_full_attention_layers"] << " of " << d["taps"].size()
+                << " taps on full-attention target layers\n";
     if (!d["dflash2"].is_null()) {
       const auto& v = d["dflash2"];
       std::cout << "DFlash2: grouped dynamic causal conv around attention and MLP (kernel "
@@ -248,6 +276,12 @@ int cmd_inspect(int argc, char** argv) {
                   l["v_head_dim"].get<int>(), l["rope_theta"].get<double>(), l["rotary_dims"].get<int>());
     std::cout << buf;
   }
+  std::vector<int> kv_shared;
+  for (const auto& l : j["layers"])
+    if (l["v_from_k"].get<bool>()) kv_shared.push_back(l["index"].get<int>());
+  if (!kv_shared.empty())
+    std::cout << "V = raw K projection (attention_k_eq_v, no v_proj; both cached) in layers "
+              << nlohmann::json(kv_shared).dump() << "\n";
   const auto& kv = j["kv_cache"];
   std::cout << "\nKV cache (" << kv["dtype"].get<std::string>() << ") at context " << context
             << ": " << kv["bytes_per_sequence"] << " bytes per sequence ("

@@ -156,6 +156,10 @@ void parse_dflash(const nlohmann::json& raw, ModelConfig& c, const ConfigOptions
   if (auto s = opt_bool(dcfg, "attention_sink_bias")) sinks = *s;
   else if (auto s2 = opt_bool(root, "add_swa_attention_sink_bias")) sinks = *s2;
 
+  if (auto cap = opt_num(root, "final_logit_softcapping")) {  // gemma-4 drafters: the target's cap
+    DFL_CHECK(*cap > 0, "config: final_logit_softcapping must be positive");
+    c.final_logit_softcap = static_cast<float>(*cap);
+  }
   c.layers.assign(c.n_layers, proto);
   for (int il = 0; il < c.n_layers; ++il) {
     const ResolvedAttn r = resolve_draft_layer_attention(a, il, c.n_layers);
@@ -285,6 +289,11 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
             "': a drafter with its own reduced-vocabulary lm_head (draft_vocab_size ",
             d.draft_vocab_size, ", d2t/t2d maps) is not supported yet");
   DFL_CHECK(!d.sample_from_anchor, "'", dir, "': sample_from_anchor drafters are not supported yet");
+  // The head is the target's (z-lab gemma-4 drafters state the target's cap, 30): a drafter
+  // trained with a different soft-cap than the target applies would draft from other logits.
+  DFL_CHECK(cfg_.final_logit_softcap == 0.0f || cfg_.final_logit_softcap == tc.final_logit_softcap,
+            "'", dir, "': drafter final_logit_softcapping ", cfg_.final_logit_softcap,
+            " differs from the target's ", tc.final_logit_softcap, " (the drafter uses the target's head)");
   DFL_CHECK(cfg_.vocab_size == tc.vocab_size || d.mask_token_id < tc.vocab_size,
             "drafter mask_token_id ", d.mask_token_id, " is outside the target vocabulary");
   for (int32_t t : d.target_layer_ids) {

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "model/arch/gemma_common.h"
 #include "model/config_json.h"
 #include "model/decoder.h"
 #include "model/family.h"
@@ -24,69 +25,27 @@ namespace {
 
 using namespace cfg;
 
-// The text config: top level (Gemma3ForCausalLM) or text_config (multimodal checkpoints).
-const json& text_root(const json& root) {
-  const json* t = find_key(root, "text_config");
-  return t && t->is_object() ? *t : root;
-}
-
-RopeSpec rope_of_kind(const json& tr, bool global, int32_t head_dim) {
-  json r = json::object();
-  if (const json* rp = find_key(tr, "rope_parameters"); rp && rp->is_object() &&
-      (rp->contains("full_attention") || rp->contains("sliding_attention"))) {
-    const char* kind = global ? "full_attention" : "sliding_attention";
-    DFL_CHECK(rp->contains(kind) && (*rp)[kind].is_object(), "config: rope_parameters has no '",
-              kind, "' entry");
-    r["rope_parameters"] = (*rp)[kind];
-  } else if (global) {
-    if (const json* t = find_key(tr, "rope_theta")) r["rope_theta"] = *t;
-    else r["rope_theta"] = 1000000.0;
-    if (const json* s = find_key(tr, "rope_scaling"); s && !s->is_null()) r["rope_scaling"] = *s;
-  } else {
-    r["rope_theta"] = opt_num(tr, "rope_local_base_freq").value_or(10000.0);
-  }
-  if (const json* m = find_key(tr, "max_position_embeddings")) r["max_position_embeddings"] = *m;
-  return parse_rope(r, head_dim);
-}
+using namespace gemma;
 
 void parse_gemma3(const json& root, ModelConfig& c, const ConfigOptions&) {
   const json& tr = text_root(root);
   parse_common(tr, c);
   if (!find_key(tr, "max_position_embeddings")) c.max_position_embeddings = 131072;
-  c.tie_word_embeddings = opt_bool(tr, "tie_word_embeddings").value_or(true);
-  const std::string act = opt_str(tr, "hidden_activation").value_or("gelu_pytorch_tanh");
-  DFL_CHECK(act == "gelu_pytorch_tanh", "config: Gemma hidden_activation '", act,
-            "' is not supported (only gelu_pytorch_tanh)");
+  parse_gemma_head(tr, c);
   DFL_CHECK(!opt_num(tr, "attn_logit_softcapping").has_value(),
             "config: attn_logit_softcapping (Gemma 2 attention soft-capping) is not supported yet");
   DFL_CHECK(!opt_bool(tr, "use_bidirectional_attention").value_or(false),
             "config: use_bidirectional_attention=true (EmbeddingGemma) is not a causal LM");
-  if (auto cap = opt_num(tr, "final_logit_softcapping")) {
-    DFL_CHECK(*cap > 0, "config: final_logit_softcapping must be positive");
-    c.final_logit_softcap = static_cast<float>(*cap);
-  }
   c.norm_plus_one = opt_bool(root, "dfl_norm_plus_one").value_or(true);  // false: GGUF (folded)
-  c.embed_scale = std::sqrt(static_cast<float>(c.hidden_size));
   const LayerSpec proto = base_layer(tr, c);
   const double qpas = opt_num(tr, "query_pre_attn_scalar").value_or(proto.head_dim);
   DFL_CHECK(qpas > 0, "config: query_pre_attn_scalar must be positive");
   const auto sw = opt_int(tr, "sliding_window");
-  const int64_t pattern = opt_int(tr, "sliding_window_pattern")
-                              .value_or(opt_int(tr, "_sliding_window_pattern").value_or(6));
-  DFL_CHECK(pattern >= 1, "config: sliding_window_pattern must be positive");
-  const json* lt = find_key(tr, "layer_types");
-  DFL_CHECK(!lt || (lt->is_array() && int64_t(lt->size()) == c.n_layers),
-            "config: layer_types must list num_hidden_layers entries");
+  const std::vector<bool> glob = global_layers(tr, c.n_layers);
   c.layers.assign(c.n_layers, proto);
   for (int32_t il = 0; il < c.n_layers; ++il) {
     LayerSpec& l = c.layers[il];
-    bool global = (il + 1) % pattern == 0;
-    if (lt) {
-      DFL_CHECK((*lt)[il].is_string(), "config: layer_types entries must be strings");
-      const std::string t = (*lt)[il].get<std::string>();
-      DFL_CHECK(t == "full_attention" || t == "sliding_attention", "config: unknown layer type '", t, "'");
-      global = t == "full_attention";
-    }
+    const bool global = glob[il];
     l.attn = global ? AttnKind::kFull : AttnKind::kSliding;
     if (!global) DFL_CHECK(sw && *sw >= 1 && *sw <= (1 << 24), "config: sliding layers need a sliding_window");
     l.window = causal_window(l.attn, global ? 0 : int32_t(*sw));
@@ -133,36 +92,6 @@ json gemma3_gguf_config(const GgufFile& f) {
   return c;
 }
 
-std::string gemma3_gguf_name(std::string_view n) {
-  static const std::pair<const char*, const char*> kTop[] = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"}};
-  for (const auto& [g, h] : kTop)
-    if (n == g) return h;
-  static const std::pair<const char*, const char*> kLayer[] = {
-      {"attn_norm.weight", "input_layernorm.weight"},
-      {"attn_q.weight", "self_attn.q_proj.weight"},
-      {"attn_k.weight", "self_attn.k_proj.weight"},
-      {"attn_v.weight", "self_attn.v_proj.weight"},
-      {"attn_output.weight", "self_attn.o_proj.weight"},
-      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
-      {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
-      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
-      {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},
-      {"ffn_down.weight", "mlp.down_proj.weight"}};
-  if (!n.starts_with("blk.")) return std::string(n);  // unknown: kept, refused as unused later
-  const size_t dot = n.find('.', 4);
-  if (dot == std::string_view::npos) return std::string(n);
-  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
-  for (const auto& [g, h] : kLayer)
-    if (rest == g) return str("model.layers.", il, ".", h);
-  return std::string(n);
-}
-
 class Gemma3Model final : public DecoderLM {
  public:
   Gemma3Model(ModelConfig cfg, const LoadOptions& opts, ThreadPool& pool)
@@ -170,9 +99,7 @@ class Gemma3Model final : public DecoderLM {
     const int32_t H = cfg_.hidden_size, V = cfg_.vocab_size, I = cfg_.intermediate_size;
     // Text weights: "model." (Gemma3ForCausalLM), "model.language_model." (transformers 5
     // multimodal) or "language_model.model." (transformers 4 multimodal).
-    std::string p = "model.";
-    for (const char* cand : {"model.", "model.language_model.", "language_model.model."})
-      if (ck_.contains(std::string(cand) + "embed_tokens.weight")) p = cand;
+    const std::string p = text_prefix(ck_);
     // Zero-centred norms, unless a GGUF converter already folded the 1 in (config.norm_plus_one).
     const NormStyle plus1 = cfg_.norm_plus_one ? NormStyle::kZeroCentred : NormStyle::kPlain;
     head_.vocab = V;
@@ -206,8 +133,7 @@ class Gemma3Model final : public DecoderLM {
       return l;
     });
     // Multimodal checkpoints: the vision tower and projector are not used (text input only).
-    finish_load(opts, {"vision_tower.", "model.vision_tower.", "multi_modal_projector.",
-                       "model.multi_modal_projector."});
+    finish_load(opts, multimodal_prefixes());
   }
 };
 
@@ -225,6 +151,6 @@ const FamilyEntry kGemma3Family = {Family::kGemma3,
                                    make_gemma3,
                                    {"gemma3"},
                                    gemma3_gguf_config,
-                                   gemma3_gguf_name};
+                                   gemma::gguf_tensor_name};
 
 }  // namespace dfl
