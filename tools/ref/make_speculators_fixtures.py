@@ -167,7 +167,8 @@ def main() -> None:
         raise RuntimeError("no seed")
     model.save_pretrained(str(ddir))
     (ddir / "config.py").unlink(missing_ok=True)  # the package's own source (auto_map), not ours to ship
-    # Reload through the package to prove the saved folder is what it reads back.
+    # Reload through the package to prove the saved folder is what it reads back (its
+    # from_pretrained runs the simple_flex_attention path: a second attention implementation).
     from speculators.models.dflash import DFlashDraftModel
     re = DFlashDraftModel.from_pretrained(str(ddir), attn_implementation="eager").eval()
     with torch.no_grad():
