@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "chat/content_parts.h"
 #include "core/error.h"
 #include "engine/calibrate.h"
 #include "engine/model_assets.h"
@@ -224,6 +225,11 @@ std::vector<int32_t> Engine::render_prompt(const Prompt& p) const {
     opt.extra["enable_thinking"] = impl_->opts.default_enable_thinking;
     if (p.template_kwargs.is_object())
       for (auto it = p.template_kwargs.begin(); it != p.template_kwargs.end(); ++it) opt.extra[it.key()] = it.value();
+    try {
+      require_text_only(p.messages);
+    } catch (const Error& e) {
+      throw invalid(e.what());
+    }
     std::string text;
     try {
       text = render_chat(*a.chat, p.messages, opt);
