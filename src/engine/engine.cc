@@ -15,6 +15,8 @@
 #include "engine/scheduler.h"
 #include "engine/text_stream.h"
 #include "kernels/ops.h"
+#include "kv/recurrent_state.h"
+#include "model/gdn.h"
 #include "spec/dflash_proposer.h"
 #include "spec/ngram_proposer.h"
 
@@ -143,11 +145,18 @@ void Engine::Impl::build() {
     bpb += probe_d.bytes_per_block();
     rings += probe_d.ring_bytes_per_seq();
   }
+  // Recurrent layer states (Gated DeltaNet conv + ssm, double-buffered, + the replay rows of a
+  // block) are fixed per slot like the rings, and come out of the same budget.
+  const int64_t recurrent =
+      n_recurrent_layers(target->config()) > 0
+          ? recurrent_bytes_per_sequence(recurrent_spec(target->config()), lo.max_block)
+          : 0;
   if (opts.kv_memory_bytes > 0) {
-    const int64_t fixed = rings * opts.max_seqs;
+    const int64_t fixed = (rings + recurrent) * opts.max_seqs;
     DFL_CHECK(fixed < opts.kv_memory_bytes, "--kv-memory ", opts.kv_memory_bytes,
-              " bytes cannot hold the sliding-window rings of ", opts.max_seqs, " sequences (",
-              fixed, " bytes)");
+              " bytes cannot hold the per-sequence state of ", opts.max_seqs, " sequences (",
+              fixed, " bytes: ", rings, " of sliding-window rings + ", recurrent,
+              " of recurrent states per sequence)");
     po.n_blocks = dpo.n_blocks = bpb > 0 ? std::max<int64_t>(1, (opts.kv_memory_bytes - fixed) / bpb) : 0;
   } else {
     po.n_blocks = dpo.n_blocks = int64_t(opts.max_seqs) * ((dpo.max_context + 15) / 16);
