@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 #include "model/blocks.h"
 #include "model/weights.h"
 
@@ -61,7 +62,6 @@ void scan(const GdnWeights& w, const GdnSpec& g, const float* qkv, int64_t sq, c
   const int32_t rep = Hv / Hk;
   const size_t hs = size_t(dk) * dv;
   pool.parallel_for(Hv, [&](int64_t j0, int64_t j1, int) {
-    std::vector<float> mem(dv), u(dv), oo(dv);
     for (int64_t j = j0; j < j1; ++j) {
       float* S = s_out + j * hs;
       const float* src = s_in + j * hs;
@@ -73,27 +73,8 @@ void scan(const GdnWeights& w, const GdnSpec& g, const float* qkv, int64_t sq, c
         const float* v = r + 2 * kd + size_t(j) * dv;
         const float beta = sigmoid(b[size_t(t) * sab + j]);
         const float decay = std::exp(w.neg_a[j] * softplus(a[size_t(t) * sab + j] + w.dt_bias[j]));
-        std::fill(mem.begin(), mem.end(), 0.0f);
-        for (int32_t i = 0; i < dk; ++i) {
-          const float* si = src + size_t(i) * dv;
-          float* so = S + size_t(i) * dv;
-          const float ki = k[i];
-          for (int32_t c = 0; c < dv; ++c) {
-            so[c] = si[c] * decay;
-            mem[c] += so[c] * ki;
-          }
-        }
-        for (int32_t c = 0; c < dv; ++c) u[c] = (v[c] - mem[c]) * beta;
-        std::fill(oo.begin(), oo.end(), 0.0f);
-        for (int32_t i = 0; i < dk; ++i) {
-          float* so = S + size_t(i) * dv;
-          const float ki = k[i], qi = q[i];
-          for (int32_t c = 0; c < dv; ++c) {
-            so[c] += ki * u[c];
-            oo[c] += so[c] * qi;
-          }
-        }
-        if (o) std::copy_n(oo.data(), dv, o + size_t(t) * Hv * dv + size_t(j) * dv);
+        ops::delta_rule_step(src, S, k, q, v, decay, beta, dk, dv,
+                             o ? o + size_t(t) * Hv * dv + size_t(j) * dv : nullptr);
         src = S;
       }
       if (n == 0 && S != src) std::copy_n(src, hs, S);
