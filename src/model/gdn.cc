@@ -29,22 +29,25 @@ void scan(const GdnWeights& w, const GdnSpec& g, const float* qkv, int64_t sq, c
   const int32_t kd = g.key_dim();
   // 1. conv + silu, per channel, token by token over (state ++ rows); then l2norm q/k per token.
   float* y = Scratch::ensure(cbuf, size_t(n) * C);
-  for (int32_t c = 0; c < C; ++c) {
-    float hist[16];
-    DFL_ASSERT(Km <= 16);
-    std::copy_n(conv_in + size_t(c) * Km, Km, hist);
-    const float* wc = w.conv.data() + size_t(c) * K;
-    for (int32_t t = 0; t < n; ++t) {
-      const float xt = qkv[size_t(t) * sq + c];
-      float acc = 0.0f;
-      for (int32_t j = 0; j < Km; ++j) acc += wc[j] * hist[j];
-      acc += wc[Km] * xt;
-      y[size_t(t) * C + c] = silu(acc);
-      for (int32_t j = 0; j + 1 < Km; ++j) hist[j] = hist[j + 1];
-      if (Km > 0) hist[Km - 1] = xt;
+  // Channels are independent: split over the pool (each channel's arithmetic is the same).
+  pool.parallel_for(C, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t c = c0; c < c1; ++c) {
+      float hist[16];
+      DFL_ASSERT(Km <= 16);
+      std::copy_n(conv_in + size_t(c) * Km, Km, hist);
+      const float* wc = w.conv.data() + size_t(c) * K;
+      for (int32_t t = 0; t < n; ++t) {
+        const float xt = qkv[size_t(t) * sq + c];
+        float acc = 0.0f;
+        for (int32_t j = 0; j < Km; ++j) acc += wc[j] * hist[j];
+        acc += wc[Km] * xt;
+        y[size_t(t) * C + c] = silu(acc);
+        for (int32_t j = 0; j + 1 < Km; ++j) hist[j] = hist[j + 1];
+        if (Km > 0) hist[Km - 1] = xt;
+      }
+      std::copy_n(hist, Km, conv_out + size_t(c) * Km);
     }
-    std::copy_n(hist, Km, conv_out + size_t(c) * Km);
-  }
+  });
   const float qscale = 1.0f / std::sqrt(float(dk));
   for (int32_t t = 0; t < n; ++t) {
     float* r = y + size_t(t) * C;
