@@ -279,6 +279,25 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadP
   });
 }
 
+void delta_rule_step(const float* s_in, float* s_out, const float* k, const float* q, const float* v,
+                     float decay, float beta, int32_t dk, int32_t dv, float* o) {
+  if (cpu_isa() == IsaLevel::kAvx512 && dv % 16 == 0)
+    return cpu::avx512::delta_rule_step(s_in, s_out, k, q, v, decay, beta, dk, dv, o);
+  // Portable: the same two passes, column by column.
+  for (int32_t c = 0; c < dv; ++c) {
+    float m = 0.0f;
+    for (int32_t i = 0; i < dk; ++i) m += s_in[int64_t(i) * dv + c] * k[i];
+    const float u = (v[c] - decay * m) * beta;
+    float acc = 0.0f;
+    for (int32_t i = 0; i < dk; ++i) {
+      const float x = s_in[int64_t(i) * dv + c] * decay + k[i] * u;
+      s_out[int64_t(i) * dv + c] = x;
+      acc += x * q[i];
+    }
+    if (o) o[c] = acc;
+  }
+}
+
 void add_inplace(float* y, const float* x, int64_t n, ThreadPool* pool) {
   const bool simd = cpu_isa() == IsaLevel::kAvx512;
   const int64_t runs = (n + 63) / 64;

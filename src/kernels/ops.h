@@ -196,6 +196,14 @@ void scale_inplace(float* x, int64_t n, float s, ThreadPool* pool = nullptr);
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin, ThreadPool* pool = nullptr);
 
+// One token of the gated delta rule for one value head (Gated DeltaNet, TARGETS-SPEC §5):
+//   m = S_inᵀ k,  u = (v − decay·m)·β,  S_out = decay·S_in + k uᵀ,  o = S_outᵀ q
+// S [dk, dv] row-major (s_out may alias s_in), k, q [dk], v, o [dv] (o may be null: state only).
+// (Equal to HF's S ← decay·S; u = (v − Sᵀk)·β; S ← S + k uᵀ; o = Sᵀq up to rounding.) The result
+// for one token does not depend on anything but its inputs, so decode, verify and replay agree.
+void delta_rule_step(const float* s_in, float* s_out, const float* k, const float* q, const float* v,
+                     float decay, float beta, int32_t dk, int32_t dv, float* o);
+
 // Element-wise ops above take an optional pool: calls of ≥ 64K elements are split over it by
 // rows (silu_mul / add_inplace / gelu_tanh_mul / softcap / scale_inplace: runs of 64 elements).
 // Results do not depend on the split, and element i's result depends only on element i (not on

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 #include "model/blocks.h"
 #include "model/weights.h"
 
@@ -28,22 +29,25 @@ void scan(const GdnWeights& w, const GdnSpec& g, const float* qkv, int64_t sq, c
   const int32_t kd = g.key_dim();
   // 1. conv + silu, per channel, token by token over (state ++ rows); then l2norm q/k per token.
   float* y = Scratch::ensure(cbuf, size_t(n) * C);
-  for (int32_t c = 0; c < C; ++c) {
-    float hist[16];
-    DFL_ASSERT(Km <= 16);
-    std::copy_n(conv_in + size_t(c) * Km, Km, hist);
-    const float* wc = w.conv.data() + size_t(c) * K;
-    for (int32_t t = 0; t < n; ++t) {
-      const float xt = qkv[size_t(t) * sq + c];
-      float acc = 0.0f;
-      for (int32_t j = 0; j < Km; ++j) acc += wc[j] * hist[j];
-      acc += wc[Km] * xt;
-      y[size_t(t) * C + c] = silu(acc);
-      for (int32_t j = 0; j + 1 < Km; ++j) hist[j] = hist[j + 1];
-      if (Km > 0) hist[Km - 1] = xt;
+  // Channels are independent: split over the pool (each channel's arithmetic is the same).
+  pool.parallel_for(C, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t c = c0; c < c1; ++c) {
+      float hist[16];
+      DFL_ASSERT(Km <= 16);
+      std::copy_n(conv_in + size_t(c) * Km, Km, hist);
+      const float* wc = w.conv.data() + size_t(c) * K;
+      for (int32_t t = 0; t < n; ++t) {
+        const float xt = qkv[size_t(t) * sq + c];
+        float acc = 0.0f;
+        for (int32_t j = 0; j < Km; ++j) acc += wc[j] * hist[j];
+        acc += wc[Km] * xt;
+        y[size_t(t) * C + c] = silu(acc);
+        for (int32_t j = 0; j + 1 < Km; ++j) hist[j] = hist[j + 1];
+        if (Km > 0) hist[Km - 1] = xt;
+      }
+      std::copy_n(hist, Km, conv_out + size_t(c) * Km);
     }
-    std::copy_n(hist, Km, conv_out + size_t(c) * Km);
-  }
+  });
   const float qscale = 1.0f / std::sqrt(float(dk));
   for (int32_t t = 0; t < n; ++t) {
     float* r = y + size_t(t) * C;
@@ -61,7 +65,6 @@ void scan(const GdnWeights& w, const GdnSpec& g, const float* qkv, int64_t sq, c
   const int32_t rep = Hv / Hk;
   const size_t hs = size_t(dk) * dv;
   pool.parallel_for(Hv, [&](int64_t j0, int64_t j1, int) {
-    std::vector<float> mem(dv), u(dv), oo(dv);
     for (int64_t j = j0; j < j1; ++j) {
       float* S = s_out + j * hs;
       const float* src = s_in + j * hs;
@@ -73,27 +76,8 @@ void scan(const GdnWeights& w, const GdnSpec& g, const float* qkv, int64_t sq, c
         const float* v = r + 2 * kd + size_t(j) * dv;
         const float beta = sigmoid(b[size_t(t) * sab + j]);
         const float decay = std::exp(w.neg_a[j] * softplus(a[size_t(t) * sab + j] + w.dt_bias[j]));
-        std::fill(mem.begin(), mem.end(), 0.0f);
-        for (int32_t i = 0; i < dk; ++i) {
-          const float* si = src + size_t(i) * dv;
-          float* so = S + size_t(i) * dv;
-          const float ki = k[i];
-          for (int32_t c = 0; c < dv; ++c) {
-            so[c] = si[c] * decay;
-            mem[c] += so[c] * ki;
-          }
-        }
-        for (int32_t c = 0; c < dv; ++c) u[c] = (v[c] - mem[c]) * beta;
-        std::fill(oo.begin(), oo.end(), 0.0f);
-        for (int32_t i = 0; i < dk; ++i) {
-          float* so = S + size_t(i) * dv;
-          const float ki = k[i], qi = q[i];
-          for (int32_t c = 0; c < dv; ++c) {
-            so[c] += ki * u[c];
-            oo[c] += so[c] * qi;
-          }
-        }
-        if (o) std::copy_n(oo.data(), dv, o + size_t(t) * Hv * dv + size_t(j) * dv);
+        ops::delta_rule_step(src, S, k, q, v, decay, beta, dk, dv,
+                             o ? o + size_t(t) * Hv * dv + size_t(j) * dv : nullptr);
         src = S;
       }
       if (n == 0 && S != src) std::copy_n(src, hs, S);

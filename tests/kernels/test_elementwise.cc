@@ -256,5 +256,45 @@ TEST(Elementwise, PoolSplitIsBitIdentical) {
   }
 }
 
+// delta_rule_step against HF's order of the gated delta rule in double
+// (S ← decay·S; u = (v − Sᵀk)·β; S ← S + k uᵀ; o = Sᵀq), dv = 128 (one 8-vector block), 48 and 20
+// (the portable path on AVX-512); in place equals out of place, and o = null leaves the state alone.
+TEST(Elementwise, DeltaRuleStep) {
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    for (int32_t dv : {128, 48, 20}) {
+      const int32_t dk = 64;
+      auto S = randn(int64_t(dk) * dv, 11 + dv, 0.5f), k = randn(dk, 12), q = randn(dk, 13), v = randn(dv, 14);
+      const float decay = 0.83f, beta = 0.61f;
+      std::vector<double> Sd(S.begin(), S.end()), od(dv, 0.0), u(dv, 0.0);
+      for (auto& x : Sd) x *= decay;
+      for (int32_t c = 0; c < dv; ++c) {
+        double m = 0;
+        for (int32_t i = 0; i < dk; ++i) m += Sd[size_t(i) * dv + c] * k[i];
+        u[c] = (v[c] - m) * beta;
+      }
+      for (int32_t i = 0; i < dk; ++i)
+        for (int32_t c = 0; c < dv; ++c) Sd[size_t(i) * dv + c] += k[i] * u[c];
+      for (int32_t c = 0; c < dv; ++c)
+        for (int32_t i = 0; i < dk; ++i) od[c] += Sd[size_t(i) * dv + c] * q[i];
+      std::vector<float> out(S.size()), o(dv);
+      ops::delta_rule_step(S.data(), out.data(), k.data(), q.data(), v.data(), decay, beta, dk, dv, o.data());
+      double es = 0, eo = 0;
+      for (size_t i = 0; i < out.size(); ++i) es = std::max(es, std::fabs(out[i] - Sd[i]));
+      for (int32_t c = 0; c < dv; ++c) eo = std::max(eo, std::fabs(o[c] - od[c]));
+      EXPECT_LT(es, 1e-5) << isa_name(isa) << " dv " << dv;
+      EXPECT_LT(eo, 1e-4) << isa_name(isa) << " dv " << dv;
+      std::vector<float> inplace = S, o2(dv);
+      ops::delta_rule_step(inplace.data(), inplace.data(), k.data(), q.data(), v.data(), decay, beta, dk, dv,
+                           o2.data());
+      EXPECT_EQ(0, std::memcmp(inplace.data(), out.data(), out.size() * 4));
+      EXPECT_EQ(0, std::memcmp(o2.data(), o.data(), size_t(dv) * 4));
+      std::vector<float> no_o(S.size());
+      ops::delta_rule_step(S.data(), no_o.data(), k.data(), q.data(), v.data(), decay, beta, dk, dv, nullptr);
+      EXPECT_EQ(0, std::memcmp(no_o.data(), out.data(), out.size() * 4));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dfl

@@ -27,6 +27,7 @@
 #include "engine/calibrate.h"
 #include "engine/generator.h"
 #include "model/dflash_draft.h"
+#include "model/gdn.h"
 #include "spec/dflash_proposer.h"
 
 namespace dfl::cli {
@@ -466,6 +467,50 @@ int cmd_bench(int argc, char** argv) {
                       (t1 > 0 ? fmt("t(B)/t(1) = %.2f", tcurve[b] / t1) : std::string("")) +
                           fmt(", %.0f GFLOP/s", gf)});
     }
+  }
+
+  // ---- recurrent-state rollback (Gated DeltaNet targets) ----------------------------------
+  // After a verify of the largest block B at the verify context, the rollback to a accepted
+  // drafts (replay of a + 1 rows from the pre-verify buffer; a = B − 1 keeps the whole block and
+  // costs nothing), as a fraction of t(B). Each repeat continues from where the last left off.
+  if (run_part("verify") && n_recurrent_layers(target->config()) > 0 && !tcurve.empty()) {
+    const int32_t B = int32_t(tcurve.size()) - 1;
+    note("recurrent rollback");
+    const int32_t V = target->config().vocab_size;
+    std::vector<int32_t> toks(size_t(std::max(vctx, B)));
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 7919 + 13) % V);
+    ForwardArgs fa;
+    ForwardOut fo;
+    target->release(0);
+    fa.tokens = toks.data();
+    fa.n = vctx;
+    fa.logits = LogitsMode::kNone;
+    if (vctx > 0) target->forward(fa, fo);
+    int32_t len = vctx;
+    json rj = json::object();
+    for (int32_t a : {0, B / 2 - 1, B - 2}) {
+      if (a < 0) continue;
+      std::vector<double> ts;
+      for (int32_t r = 0; r < R + 1 && len + B <= target->max_context(); ++r) {
+        fa.tokens = toks.data();
+        fa.n = B;
+        fa.pos0 = len;
+        fa.logits = LogitsMode::kAll;
+        target->forward(fa, fo);
+        const auto t0 = std::chrono::steady_clock::now();
+        target->rollback(0, len + a + 1);
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        len += a + 1;
+        if (r > 0) ts.push_back(dt);
+      }
+      if (ts.empty()) continue;
+      const Stat st = summarize(ts);
+      rj[std::to_string(a)] = {{"ms", st.median * 1e3}, {"fraction_of_verify", st.median / tcurve[B]}};
+      rows.push_back({str("rollback after t(", B, "), ", a, " accepted"), fmt("%.2f ms", st.median * 1e3), "",
+                      fmt("%.2f%%", 100 * st.median / tcurve[B]) + str(" of t(", B, ")")});
+    }
+    target->release(0);
+    J["recurrent_rollback"] = rj;
   }
 
   // ---- drafter step ----------------------------------------------------------------------

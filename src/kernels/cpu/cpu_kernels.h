@@ -80,6 +80,9 @@ void softcap(float* x, int64_t n, float cap);
 void scale_inplace(float* x, int64_t n, float s);
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin);
+// ops::delta_rule_step for dv % 16 == 0.
+void delta_rule_step(const float* s_in, float* s_out, const float* k, const float* q, const float* v,
+                     float decay, float beta, int32_t dk, int32_t dv, float* o);
 }  // namespace avx512
 
 namespace amx {
