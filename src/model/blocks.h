@@ -11,8 +11,6 @@
 //   model/weights.h load_norm; the other token mixer, Gated DeltaNet, is model/gdn.h)
 //   ffn:        norm → SwiGLU | GeGLU | MoE (+ optional gated shared expert) → optional post norm →
 //               residual add
-//   (an optional SublayerWrap rewrites the normed input and the output before the residual add:
-//   DFlash2's dynamic convolutions, model/dflash2_draft.h)
 #pragma once
 
 #include <string>

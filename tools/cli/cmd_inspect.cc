@@ -208,9 +208,6 @@ int cmd_inspect(int argc, char** argv) {
               << " (aux " << d["target_aux_layers"].dump() << "), mask_embedding "
               << d["mask_embedding"].dump() << ", dialect " << d["dialect"].get<std::string>()
               << "\n";
-    for (const auto& t : d["taps"])
-      std::cout << "  tap " << t["tap"] << ": target layer " << t["target_layer"] << " -> aux "
-                << t["aux_index"] << "\n";
     if (!d["dflash2"].is_null()) {
       const auto& v = d["dflash2"];
       std::cout << "DFlash2: grouped dynamic causal conv around attention and MLP (kernel "
@@ -220,6 +217,9 @@ int cmd_inspect(int argc, char** argv) {
                 << " params), unary x " << v["output_multiplier"] << ", softcap "
                 << v["final_logit_softcapping"].dump() << "\n";
     }
+    for (const auto& t : d["taps"])
+      std::cout << "  tap " << t["tap"] << ": target layer " << t["target_layer"] << " -> aux "
+                << t["aux_index"] << "\n";
   }
   std::cout << "\nlayer  mixer           attention  window        causal  sinks  heads/kv  head_dim/v  rope_theta  rot\n";
   for (const auto& l : j["layers"]) {
