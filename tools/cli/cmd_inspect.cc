@@ -208,18 +208,18 @@ int cmd_inspect(int argc, char** argv) {
               << " (aux " << d["target_aux_layers"].dump() << "), mask_embedding "
               << d["mask_embedding"].dump() << ", dialect " << d["dialect"].get<std::string>()
               << "\n";
-    if (!d["dflash2"].is_null()) {
-      const auto& v = d["dflash2"];
-      std::cout << "DFlash2: grouped dynamic causal conv around attention and MLP (kernel "
-                << v["conv_kernel_size"] << ", group " << v["conv_group_size"] << " -> " << v["conv_groups"]
-                << " groups, " << v["conv_params_per_layer"] << " params/layer), candidate selector (rank "
-                << v["selector_rank"] << ", top_k " << v["selector_top_k"] << ", " << v["selector_params"]
-                << " params), unary x " << v["output_multiplier"] << ", softcap "
-                << v["final_logit_softcapping"].dump() << "\n";
-    }
     for (const auto& t : d["taps"])
       std::cout << "  tap " << t["tap"] << ": target layer " << t["target_layer"] << " -> aux "
                 << t["aux_index"] << "\n";
+  }
+  if (c.dflash && !j["dflash"]["dflash2"].is_null()) {  // DFlash2 (model/dflash2_draft.h)
+    const auto& v = j["dflash"]["dflash2"];
+    std::cout << "DFlash2: grouped dynamic causal conv around attention and MLP (kernel "
+              << v["conv_kernel_size"] << ", group " << v["conv_group_size"] << " -> " << v["conv_groups"]
+              << " groups, " << v["conv_params_per_layer"] << " params/layer), candidate selector (rank "
+              << v["selector_rank"] << ", top_k " << v["selector_top_k"] << ", " << v["selector_params"]
+              << " params), unary x " << v["output_multiplier"] << ", softcap "
+              << v["final_logit_softcapping"].dump() << "\n";
   }
   std::cout << "\nlayer  mixer           attention  window        causal  sinks  heads/kv  head_dim/v  rope_theta  rot\n";
   for (const auto& l : j["layers"]) {
