@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,7 @@
 #include "attention/step_plan.h"
 #include "core/threadpool.h"
 #include "io/checkpoint.h"
+#include "io/gguf.h"
 #include "model/blocks.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -40,6 +42,14 @@ namespace dfl {
 // the keys there), `speculators_type` its speculators_model_type ("" for z-lab configs).
 std::optional<DFlash2Spec> parse_dflash2(const nlohmann::json* dc, const nlohmann::json& root,
                                          const std::string& speculators_type);
+
+// GGUF DFlash2 drafters (llama.cpp's `dflash` architecture with the DFlash2 keys): adds
+// `dflash.{conv_kernel_size, conv_group_size, selector_rank, selector_top_k}` to the HF-style config
+// `c` (dflash_config) and names the architecture DFlash2DraftModel when any is present.
+void dflash2_gguf_config(const GgufFile& f, nlohmann::json& c);
+// The HF name of a DFlash2 GGUF tensor (blk.N.{attn,ffn}_conv_{base,proj.weight},
+// selector_{predecessor,successor,hidden}.weight), or "" for any other tensor.
+std::string dflash2_gguf_name(std::string_view gguf_name);
 
 // One grouped dynamic causal convolution pair (file comment, part 1).
 struct DynamicConvWeights {

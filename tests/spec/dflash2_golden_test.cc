@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "common/golden.h"
 #include "common/models.h"
@@ -286,6 +287,42 @@ TEST(DFlash2Sampling, ProposerDrawsFromTheQItReports) {
   EXPECT_TRUE(cu.reject()) << "chi2 vs unary-only " << cu.stat;
   std::printf("[dflash2 T=3] drafts vs reported q: chi2 %.1f (df %d, reject > %.1f); vs unary-only softmax: "
               "chi2 %.1f\n", c.stat, c.df, c.threshold, cu.stat);
+}
+
+
+// The llama.cpp-style GGUF twin of zlab_swa (tools/ref/make_dflash2_fixtures.py gguf): the DFlash2
+// keys and tensor names are mapped onto the same model; block hidden and logits bit-identical.
+// (The GGUF dialect has no output_multiplier / softcap key, so the selector's unary differs.)
+TEST(DFlash2Gguf, SameDrafterAsTheSafetensors) {
+  const ModelConfig a = load_model_config(test::fixture("dflash2/zlab_swa/draft"));
+  const ModelConfig b = load_model_config(test::fixture("dflash2/zlab_swa_gguf/draft.gguf"));
+  ASSERT_TRUE(b.dflash && b.dflash->v2);
+  EXPECT_EQ(b.architecture, "DFlash2DraftModel");
+  EXPECT_EQ(b.dflash->v2->conv_kernel_size, a.dflash->v2->conv_kernel_size);
+  EXPECT_EQ(b.dflash->v2->conv_group_size, a.dflash->v2->conv_group_size);
+  EXPECT_EQ(b.dflash->v2->selector_rank, a.dflash->v2->selector_rank);
+  EXPECT_EQ(b.dflash->v2->selector_top_k, a.dflash->v2->selector_top_k);
+  EXPECT_EQ(b.dflash->target_layer_ids, a.dflash->target_layer_ids);
+  for (int32_t il = 0; il < a.n_layers; ++il) {
+    EXPECT_EQ(b.layers[il].attn, a.layers[il].attn);
+    EXPECT_EQ(b.layers[il].window, a.layers[il].window);
+  }
+  auto pool = test::make_pool(1);
+  auto target = load_causal_lm(test::fixture("qwen3/sharded"), {}, *pool);
+  DFlashDraftModel da(test::fixture("dflash2/zlab_swa/draft"), *target, LoadOptions{}, *pool);
+  DFlashDraftModel db(test::fixture("dflash2/zlab_swa_gguf/draft.gguf"), *target, LoadOptions{}, *pool);
+  Golden g(test::fixture("dflash2/zlab_swa/golden.safetensors"));
+  const auto taps = g.f32("taps");
+  const auto block = g.i32("c1_block_ids");
+  const int32_t n = int32_t(g.i32("prompt_ids").size()), B = int32_t(block.size());
+  const int64_t V = target->config().vocab_size, H = da.config().hidden_size;
+  std::vector<float> la(size_t(B - 1) * V), lb(la.size()), ha(size_t(B) * H), hb(ha.size());
+  for (auto [d, l, h] : {std::tuple{&da, &la, &ha}, std::tuple{&db, &lb, &hb}}) {
+    d->append_context(0, taps.data(), n, 0);
+    d->draft_block(0, block.data(), B, n, *target, l->data(), h->data());
+  }
+  EXPECT_EQ(ha, hb);
+  EXPECT_EQ(la, lb);
 }
 
 }  // namespace

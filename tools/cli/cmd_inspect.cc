@@ -260,15 +260,15 @@ int cmd_inspect(int argc, char** argv) {
     if (d.contains("taps_on_full_attention_layers"))
       std::cout << "  " << d["taps_on_full_attention_layers"] << " of " << d["taps"].size()
                 << " taps on full-attention target layers\n";
-    if (!d["dflash2"].is_null()) {
-      const auto& v = d["dflash2"];
-      std::cout << "DFlash2: grouped dynamic causal conv around attention and MLP (kernel "
-                << v["conv_kernel_size"] << ", group " << v["conv_group_size"] << " -> " << v["conv_groups"]
-                << " groups, " << v["conv_params_per_layer"] << " params/layer), candidate selector (rank "
-                << v["selector_rank"] << ", top_k " << v["selector_top_k"] << ", " << v["selector_params"]
-                << " params), unary x " << v["output_multiplier"] << ", softcap "
-                << v["final_logit_softcapping"].dump() << "\n";
-    }
+  }
+  if (c.dflash && !j["dflash"]["dflash2"].is_null()) {  // DFlash2 (model/dflash2_draft.h)
+    const auto& v = j["dflash"]["dflash2"];
+    std::cout << "DFlash2: grouped dynamic causal conv around attention and MLP (kernel "
+              << v["conv_kernel_size"] << ", group " << v["conv_group_size"] << " -> " << v["conv_groups"]
+              << " groups, " << v["conv_params_per_layer"] << " params/layer), candidate selector (rank "
+              << v["selector_rank"] << ", top_k " << v["selector_top_k"] << ", " << v["selector_params"]
+              << " params), unary x " << v["output_multiplier"] << ", softcap "
+              << v["final_logit_softcapping"].dump() << "\n";
   }
   std::cout << "\nlayer  mixer           attention  window        causal  sinks  heads/kv  head_dim/v  rope_theta  rot\n";
   for (const auto& l : j["layers"]) {

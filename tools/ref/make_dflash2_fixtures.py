@@ -19,6 +19,7 @@ Writes
   tests/fixtures/dflash2/<name>/golden.safetensors, meta.json   (qwen3 targets: two draft cycles)
   tests/fixtures/dflash2/qwen35_flat/draft/   random drafter for the tiny Qwen3.5 target (no golden)
   tests/fixtures/configs/Qwen3.8-27B-DFlash2/config.json   the published drafter config
+  tests/fixtures/dflash2/zlab_swa_gguf/draft.gguf   zlab_swa as a llama.cpp `dflash` GGUF
 
 speculators pins torch<=2.14.1 / transformers<=5.19; the modules used here run unchanged on the
 venv of tools/requirements.txt (torch 2.15, transformers 5.24). Install the package and the
@@ -359,13 +360,68 @@ def write_published_configs() -> None:
     fc.write_json(folder / "config.json", QWEN38_DFLASH2)
 
 
+def write_gguf_twin() -> None:
+    """zlab_swa's drafter as a llama.cpp `dflash` GGUF (gguf-py) with the DFlash2 keys and tensor
+    names of llama.cpp #27816 (dflash.conv_*/selector_*, blk.N.{attn,ffn}_conv_{base,proj},
+    selector_{predecessor,successor,hidden}); the DFlash part as make_dflash_gguf_fixture.py."""
+    import numpy as np
+    from gguf import GGUFWriter
+    from safetensors.numpy import load_file
+    from make_dflash_gguf_fixture import gguf_name as dflash_gguf_name
+    src = fc.FIXTURES / "dflash2" / "zlab_swa" / "draft"
+    out = fc.FIXTURES / "dflash2" / "zlab_swa_gguf" / "draft.gguf"
+    cfg = fc.json.loads((src / "config.json").read_text())
+    dc = cfg["dflash_config"]
+    tensors = load_file(str(src / "model.safetensors"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(str(out), arch="dflash")
+    for k, v in (("embedding_length", cfg["hidden_size"]), ("block_count", cfg["num_hidden_layers"]),
+                 ("feed_forward_length", cfg["intermediate_size"]),
+                 ("attention.head_count", cfg["num_attention_heads"]),
+                 ("attention.head_count_kv", cfg["num_key_value_heads"]), ("attention.key_length", cfg["head_dim"]),
+                 ("attention.value_length", cfg["head_dim"]), ("context_length", cfg["max_position_embeddings"]),
+                 ("block_size", dc["block_size"]), ("attention.sliding_window", cfg["sliding_window"]),
+                 ("conv_kernel_size", dc["conv_kernel_size"]), ("conv_group_size", dc["conv_group_size"]),
+                 ("selector_rank", dc["selector_rank"]), ("selector_top_k", dc["selector_top_k"])):
+        w.add_uint32(f"dflash.{k}", v)
+    w.add_float32("dflash.attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"])
+    w.add_float32("dflash.rope.freq_base", cfg["rope_parameters"]["rope_theta"])
+    w.add_bool("dflash.attention.causal", bool(cfg["is_causal"]))
+    w.add_array("dflash.attention.sliding_window_pattern",
+                [t == "sliding_attention" for t in cfg["layer_types"]])
+    w.add_array("dflash.target_layers", [t + 1 for t in dc["target_layer_ids"]])
+    w.add_uint32("tokenizer.ggml.mask_token_id", dc["mask_token_id"])
+    top = {"candidate_selector.predecessor_codebook": "selector_predecessor.weight",
+           "candidate_selector.successor_codebook": "selector_successor.weight",
+           "candidate_selector.hidden_projection.weight": "selector_hidden.weight"}
+    conv = {"attention_conv.base_kernel": "attn_conv_base",
+            "attention_conv.kernel_projection.weight": "attn_conv_proj.weight",
+            "mlp_conv.base_kernel": "ffn_conv_base", "mlp_conv.kernel_projection.weight": "ffn_conv_proj.weight"}
+    for name in sorted(tensors):
+        parts = name.split(".", 2)
+        if name in top:
+            g = top[name]
+        elif parts[0] == "layers" and parts[2] in conv:
+            g = f"blk.{parts[1]}.{conv[parts[2]]}"
+        else:
+            g = dflash_gguf_name(name)
+        w.add_tensor(g, np.ascontiguousarray(tensors[name].astype(np.float32)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"  {out.relative_to(fc.REPO)}: {out.stat().st_size} bytes")
+
+
 def main() -> None:
     fc.setup_determinism()
     md = ensure_speculators()
     tok = fc.build_tokenizer()
-    names = sys.argv[1:] or list(DRAFTS) + ["qwen35_flat", "configs"]
+    names = sys.argv[1:] or list(DRAFTS) + ["qwen35_flat", "configs", "gguf"]
     for name in names:
-        if name == "configs":
+        if name == "gguf":
+            write_gguf_twin()
+        elif name == "configs":
             write_published_configs()
         elif name == "qwen35_flat":
             make_qwen35_drafter(md)

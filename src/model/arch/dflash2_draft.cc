@@ -65,6 +65,37 @@ std::optional<DFlash2Spec> parse_dflash2(const json* dc, const json& root,
   return s;
 }
 
+void dflash2_gguf_config(const GgufFile& f, json& c) {
+  bool any = false;
+  for (const char* k : {"conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"})
+    if (f.has(str("dflash.", k))) {
+      c["dflash_config"][k] = f.get_u32(str("dflash.", k));
+      any = true;
+    }
+  if (any) c["architectures"] = {"DFlash2DraftModel"};
+}
+
+std::string dflash2_gguf_name(std::string_view n) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"selector_predecessor.weight", "candidate_selector.predecessor_codebook"},
+      {"selector_successor.weight", "candidate_selector.successor_codebook"},
+      {"selector_hidden.weight", "candidate_selector.hidden_projection.weight"}};
+  for (const auto& [g, h] : kTop)
+    if (n == g) return h;
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attn_conv_base", "attention_conv.base_kernel"},
+      {"attn_conv_proj.weight", "attention_conv.kernel_projection.weight"},
+      {"ffn_conv_base", "mlp_conv.base_kernel"},
+      {"ffn_conv_proj.weight", "mlp_conv.kernel_projection.weight"}};
+  if (!n.starts_with("blk.")) return "";
+  const size_t dot = n.find('.', 4);
+  if (dot == std::string_view::npos) return "";
+  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
+  for (const auto& [g, h] : kLayer)
+    if (rest == g) return str("layers.", il, ".", h);
+  return "";
+}
+
 // ---- the convolution -------------------------------------------------------------------------
 
 void DynamicConv::input(float* a, int32_t rows) {
@@ -122,7 +153,11 @@ DFlash2Parts::DFlash2Parts(const Checkpoint& ck, const std::string& prefix, cons
       for (auto [name, dst] : {std::pair{"attention_conv", &attn_conv_}, std::pair{"mlp_conv", &mlp_conv_}}) {
         const std::string p = str(prefix, "layers.", il, ".", name, ".");
         DynamicConvWeights w;
-        w.base = load_f32(ck, p + "base_kernel", {2, k, H});
+        // [2, k, H]; GGUF checkpoints report it row-flattened as [2·k, H] (same element order).
+        const TensorInfo* bt = ck.find(p + "base_kernel");
+        const bool flat = bt && bt->shape.size() == 2;
+        w.base = flat ? load_f32(ck, p + "base_kernel", {2 * int64_t(k), H})
+                      : load_f32(ck, p + "base_kernel", {2, k, H});
         w.proj = load_linear(ck, p + "kernel_projection.weight", D, H);
         convert_weight(w.proj, opts, owned_, pool);
         dst->push_back(std::move(w));

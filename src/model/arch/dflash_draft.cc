@@ -229,20 +229,29 @@ json dflash_gguf_config(const GgufFile& f) {
     if (f.has(a + "attention.sliding_window_pattern")) {
       // Per layer: true = sliding.
       json types = json::array();
-      for (int32_t sw : f.get_i32_array(a + "attention.sliding_window_pattern"))
-        types.push_back(sw ? "sliding_attention" : "full_attention");
+      // llama.cpp writes a bool array; integer arrays are read too.
+      const std::string key = a + "attention.sliding_window_pattern";
+      const GgufValue& pat = f.get_array(key);
+      std::vector<int32_t> sws;
+      if (pat.elem == GgufType::kBool)
+        for (uint64_t i = 0; i < pat.count; ++i) sws.push_back(int32_t(pat.array_i64(i)));
+      else
+        sws = f.get_i32_array(key);
+      for (int32_t sw : sws) types.push_back(sw ? "sliding_attention" : "full_attention");
       c["layer_types"] = types;
     } else {
       c["layer_types"] = json(std::vector<std::string>(L, "sliding_attention"));
     }
   }
   if (f.has(a + "attention.causal")) c["is_causal"] = f.get_bool(a + "attention.causal");
+  dflash2_gguf_config(f, c);  // DFlash2 keys (model/dflash2_draft.h)
   return c;
 }
 
 // llama.cpp tensor names → the z-lab layout (mainline writes "fc" / "hidden_norm"; some forks
 // "dflash_fc" / "dflash_hidden_norm").
 std::string dflash_gguf_name(std::string_view n) {
+  if (std::string h = dflash2_gguf_name(n); !h.empty()) return h;
   static const std::pair<const char*, const char*> kTop[] = {
       {"fc.weight", "fc.weight"}, {"dflash_fc.weight", "fc.weight"},
       {"hidden_norm.weight", "hidden_norm.weight"}, {"dflash_hidden_norm.weight", "hidden_norm.weight"},
