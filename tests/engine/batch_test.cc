@@ -35,6 +35,9 @@ std::vector<Family> families() {
   v.push_back({"qwen35_flat", test::fixture("qwen35/flat_untied"),
                test::fixture("qwen35/flat_untied_draft")});
   v.push_back({"qwen35_nested", test::fixture("qwen35/nested_tied"), ""});
+  // Gemma 4 (appended: tests above index the list): dense + its gemma-4-style drafter, and MoE.
+  v.push_back({"gemma4_mixed", test::fixture("gemma4/dense_v5"), test::fixture("dflash/gemma4_mixed/draft")});
+  v.push_back({"gemma4_moe", test::fixture("gemma4/moe_hub"), ""});
   return v;
 }
 

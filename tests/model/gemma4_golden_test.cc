@@ -5,8 +5,11 @@
 // cached greedy steps; the config as transformers saves it and in the hub layout.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "common/decoder_golden.h"
 #include "common/models.h"
+#include "model/arch/gemma_common.h"
 #include "model/model.h"
 
 namespace dfl {
@@ -83,6 +86,15 @@ TEST(Gemma4Config, LayerKindsGeometryAndRopes) {
   EXPECT_EQ(m.moe->n_experts_per_tok, 2);
   EXPECT_TRUE(m.moe->gelu_experts);
   EXPECT_EQ(m.moe->scoring_func, "softmax");
+}
+
+// transformers' Gemma scaled embedding: "sqrt(3072)=55.4256 to become 55.5" for bf16 tables.
+TEST(GemmaEmbedScale, RoundedToTheTableDtype) {
+  const float s = std::sqrt(3072.0f);
+  EXPECT_EQ(gemma::embed_scale_in(DType::kBF16, s), 55.5f);
+  EXPECT_EQ(gemma::embed_scale_in(DType::kF32, s), s);
+  EXPECT_EQ(gemma::embed_scale_in(DType::kQ8_0, s), s);  // GGUF: transformers dequantizes to fp32
+  EXPECT_EQ(gemma::embed_scale_in(DType::kBF16, 8.0f), 8.0f);
 }
 
 TEST(Gemma4Config, RefusesWhatIsNotSupported) {
