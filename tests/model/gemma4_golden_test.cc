@@ -24,7 +24,7 @@ TEST_P(Gemma4Golden, PromptForwardAndGreedyMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(All, Gemma4Golden, ::testing::Values("dense_v5", "moe_hub"));
 
 // The same checkpoints as llama.cpp's converter writes them (tools/ref/make_gemma4_gguf_fixtures.py,
-// gguf-py): Q8_0 / Q5_0 / Q5_1 matrices and Q8_0 fused 3-D experts against transformers on the
+// gguf-py): Q8_0 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K matrices and Q8_0 fused 3-D experts against transformers on the
 // weights the file holds (dequantized by gguf-py).
 class Gemma4Gguf : public ::testing::TestWithParam<std::string> {};
 
@@ -33,7 +33,7 @@ TEST_P(Gemma4Gguf, PromptForwardAndGreedyMatchTransformers) {
   test::expect_matches_golden(base + "/model.gguf", base + ".golden.safetensors", "gemma4/gguf/" + GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Gemma4Gguf, ::testing::Values("dense_quant", "moe_quant"));
+INSTANTIATE_TEST_SUITE_P(All, Gemma4Gguf, ::testing::Values("dense_quant", "moe_quant", "dense_kquant"));
 
 TEST(Gemma4Gguf, ConfigFromMetadataEqualsTheHubConfig) {
   for (const auto& [gguf, hf] : {std::pair{"dense_quant", "dense_v5"}, std::pair{"moe_quant", "moe_hub"}}) {
