@@ -200,6 +200,9 @@ def main():
                                       "min_top2_gap": f"{float(gaps.min()):.6f}"})
         print(f"gemma4/gguf/{name}: {sum(1 for _ in held)} tensors, min gap {float(gaps.min()):.3e}, "
               f"{(folder / 'model.gguf').stat().st_size / 1024:.0f} KiB")
+        if spec["src"] is None:
+            import shutil
+            shutil.rmtree(src)
 
 
 if __name__ == "__main__":
