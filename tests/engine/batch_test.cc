@@ -37,6 +37,9 @@ std::vector<Family> families() {
   v.push_back({"qwen35_nested", test::fixture("qwen35/nested_tied"), ""});
   // DFlash2 (convolutions per job's block, the selector per job's rows of a batched pass).
   v.push_back({"dflash2_zlab_swa", test::fixture("qwen3/sharded"), test::fixture("dflash2/zlab_swa/draft")});
+  // Gemma 4 (appended: tests above index the list): dense + its gemma-4-style drafter, and MoE.
+  v.push_back({"gemma4_mixed", test::fixture("gemma4/dense_v5"), test::fixture("dflash/gemma4_mixed/draft")});
+  v.push_back({"gemma4_moe", test::fixture("gemma4/moe_hub"), ""});
   return v;
 }
 

@@ -5,9 +5,12 @@
 // cached greedy steps; the config as transformers saves it and in the hub layout.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "common/decoder_golden.h"
 #include "common/models.h"
 #include "kernels/ops.h"
+#include "model/arch/gemma_common.h"
 #include "model/model.h"
 
 namespace dfl {
@@ -22,7 +25,7 @@ TEST_P(Gemma4Golden, PromptForwardAndGreedyMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(All, Gemma4Golden, ::testing::Values("dense_v5", "moe_hub"));
 
 // The same checkpoints as llama.cpp's converter writes them (tools/ref/make_gemma4_gguf_fixtures.py,
-// gguf-py): Q8_0 / Q5_0 / Q5_1 matrices and Q8_0 fused 3-D experts against transformers on the
+// gguf-py): Q8_0 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K matrices and Q8_0 fused 3-D experts against transformers on the
 // weights the file holds (dequantized by gguf-py).
 class Gemma4Gguf : public ::testing::TestWithParam<std::string> {};
 
@@ -37,7 +40,7 @@ TEST_P(Gemma4Gguf, PromptForwardAndGreedyMatchTransformers) {
   test::expect_matches_golden(base + "/model.gguf", base + ".golden.safetensors", "gemma4/gguf/" + GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Gemma4Gguf, ::testing::Values("dense_quant", "moe_quant"));
+INSTANTIATE_TEST_SUITE_P(All, Gemma4Gguf, ::testing::Values("dense_quant", "moe_quant", "dense_kquant"));
 
 TEST(Gemma4Gguf, ConfigFromMetadataEqualsTheHubConfig) {
   for (const auto& [gguf, hf] : {std::pair{"dense_quant", "dense_v5"}, std::pair{"moe_quant", "moe_hub"}}) {
@@ -90,6 +93,15 @@ TEST(Gemma4Config, LayerKindsGeometryAndRopes) {
   EXPECT_EQ(m.moe->n_experts_per_tok, 2);
   EXPECT_TRUE(m.moe->gelu_experts);
   EXPECT_EQ(m.moe->scoring_func, "softmax");
+}
+
+// transformers' Gemma scaled embedding: "sqrt(3072)=55.4256 to become 55.5" for bf16 tables.
+TEST(GemmaEmbedScale, RoundedToTheTableDtype) {
+  const float s = std::sqrt(3072.0f);
+  EXPECT_EQ(gemma::embed_scale_in(DType::kBF16, s), 55.5f);
+  EXPECT_EQ(gemma::embed_scale_in(DType::kF32, s), s);
+  EXPECT_EQ(gemma::embed_scale_in(DType::kQ8_0, s), s);  // GGUF: transformers dequantizes to fp32
+  EXPECT_EQ(gemma::embed_scale_in(DType::kBF16, 8.0f), 8.0f);
 }
 
 TEST(Gemma4Config, RefusesWhatIsNotSupported) {

@@ -283,6 +283,22 @@ TEST(DFlashLoad, WrongFcWidthIsRefused) {
   EXPECT_NE(e.find("128"), std::string::npos) << e;
 }
 
+// The gemma-4 drafter drafts through the target's head: its final_logit_softcapping must be the
+// target's (30); a different cap, or a target without one, is refused; no key = the target's.
+TEST(DFlashLoad, Gemma4DrafterSoftcapMustMatchTheTarget) {
+  EXPECT_EQ(drafter_error(test::fixture("dflash/gemma4_mixed/draft"), test::fixture("gemma4/dense_v5")), "");
+  test::TempDir tmp("softcap");
+  test::copy_folder(test::fixture("dflash/gemma4_mixed/draft"), tmp.str());
+  auto cfg = test::read_json(tmp.file("config.json"));
+  cfg["final_logit_softcapping"] = 20.0;
+  test::write_text(tmp.file("config.json"), cfg.dump(2));
+  const std::string e = drafter_error(tmp.str(), test::fixture("gemma4/dense_v5"));
+  EXPECT_NE(e.find("final_logit_softcapping"), std::string::npos) << e;
+  cfg.erase("final_logit_softcapping");
+  test::write_text(tmp.file("config.json"), cfg.dump(2));
+  EXPECT_EQ(drafter_error(tmp.str(), test::fixture("gemma4/dense_v5")), "");
+}
+
 TEST(DFlashLoad, MissingAndExtraTensorsAreNamed) {
   test::TempDir tmp("draft_tensors");
   test::copy_folder(test::fixture("dflash/zlab_full/draft"), tmp.str());

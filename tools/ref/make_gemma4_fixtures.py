@@ -43,9 +43,11 @@ def text_config(vocab, ids, spec):
     from transformers import Gemma4TextConfig
     moe = dict(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32) \
         if spec["moe"] else {}
+    geo = dict(hidden_size=64, intermediate_size=96, head_dim=16, global_head_dim=32)
+    geo.update(spec.get("geometry", {}))
     return Gemma4TextConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=spec["layers"],
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+        vocab_size=vocab, num_hidden_layers=spec["layers"], **geo,
+        num_attention_heads=4, num_key_value_heads=2,
         num_global_key_value_heads=1, attention_k_eq_v=True, max_position_embeddings=512,
         rms_norm_eps=1e-6, sliding_window=8, hidden_size_per_layer_input=0,
         final_logit_softcapping=30.0, tie_word_embeddings=True,
@@ -71,7 +73,7 @@ def build_model(vocab, ids, spec, seed):
     for c in (model.config, getattr(model.config, "text_config", None)):
         if c is not None:
             c._experts_implementation = "eager"  # modeling_gemma4's own expert loop
-    fc.random_init_(model, seed, std=0.15, norm_jitter=0.1)
+    fc.random_init_(model, seed, std=spec.get("std", 0.15), norm_jitter=0.1)
     g = torch.Generator().manual_seed(seed + 7)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -14,6 +14,8 @@ Writes tests/fixtures/gemma4/gguf/<name>/model.gguf and tests/fixtures/gemma4/gg
                (widths 64 and 96 allow 32-blocks only: no K-quants at this size)
   moe_quant    moe_hub with the fused 3-D experts Q8_0, the dense branch Q5_0 / Q5_1, attention
                and router F32
+  dense_kquant a 6-layer hidden-256 dense model built by this script (same recipe, seed 6301):
+               Q4_K / Q5_K / Q6_K matrices, Q6_K token_embd (as in the real Q4_K_M files)
 
 Run after make_gemma4_fixtures.py:  python3 tools/ref/make_gemma4_gguf_fixtures.py
 """
@@ -43,6 +45,13 @@ VARIANTS = {
                                                "ffn_down": Q.Q8_0, "ffn_gate": Q.Q5_0, "ffn_up": Q.Q5_0}),
     "moe_quant": dict(src="moe_hub", quant={"ffn_gate_up_exps": Q.Q8_0, "ffn_down_exps": Q.Q8_0,
                                             "ffn_gate": Q.Q5_0, "ffn_up": Q.Q5_0, "ffn_down": Q.Q5_1}),
+    # Built here (not saved as safetensors): hidden 256 so that K-quant 256-blocks fit.
+    "dense_kquant": dict(src=None, build=dict(layers=6, seed=6301, moe=False, multimodal=False, hub=False, std=0.075,
+                                              geometry=dict(hidden_size=256, intermediate_size=256,
+                                                            head_dim=64, global_head_dim=128)),
+                         quant={"token_embd": Q.Q6_K, "attn_q": Q.Q4_K, "attn_k": Q.Q4_K, "attn_v": Q.Q6_K,
+                                "attn_output": Q.Q5_K, "ffn_gate": Q.Q4_K, "ffn_up": Q.Q4_K,
+                                "ffn_down": Q.Q6_K}),
 }
 
 
@@ -65,8 +74,30 @@ def gguf_name(tmap, hf: str) -> str:
     return out
 
 
+K_TYPES = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
+
+
+def random_k(qt, x: np.ndarray, rng) -> np.ndarray:
+    """gguf-py has no K-quant quantizer: random K blocks (every bit pattern) whose super-block
+    scales give weights of x's spread; the reference is gguf-py's dequantization of them."""
+    be, bb = gguf.GGML_QUANT_SIZES[qt]
+    n_blocks = x.size // be
+    b = rng.integers(0, 256, size=(n_blocks, bb), dtype=np.uint8)
+    spread = float(x.std())
+    f16 = lambda v: v.astype(np.float16).view(np.uint8).reshape(v.shape + (2,))  # noqa: E731
+    if qt == Q.Q6_K:   # w = d · scale_i8 · (q6 − 32): |scale| ≤ 128, |q − 32| ≤ 32
+        b[:, 208:210] = f16(rng.uniform(0.5, 1.5, n_blocks).astype(np.float32) * spread / (64 * 18))
+    else:              # w = d · sc6 · q − dmin · m6: sc, m ≤ 63, q ≤ 15 (Q4) / 31 (Q5)
+        qmax = 15 if qt == Q.Q4_K else 31
+        d = rng.uniform(0.5, 1.5, n_blocks).astype(np.float32) * spread * 3.5 / (32 * qmax)
+        b[:, 0:2] = f16(d)
+        b[:, 2:4] = f16(d * qmax / 2)
+    return b.reshape(x.shape[:-1] + (x.shape[-1] // be * bb,))
+
+
 def write_gguf(path: Path, tc: dict, tensors: dict[str, np.ndarray], quant: dict) -> dict[str, np.ndarray]:
     """Writes the file; returns the tensors as the file holds them, dequantized (HF names)."""
+    rng = np.random.default_rng(4242)
     L = tc["num_hidden_layers"]
     tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA4, L)
     w = gguf.GGUFWriter(str(path), "gemma4")
@@ -105,7 +136,7 @@ def write_gguf(path: Path, tc: dict, tensors: dict[str, np.ndarray], quant: dict
         x = t.astype(np.float32)
         qt = quant.get(kind)
         if qt is not None and x.ndim in (2, 3):
-            q = quantize(x, qt)
+            q = quantize(x, qt) if qt not in K_TYPES else random_k(qt, x, rng)
             w.add_tensor(name, q, raw_dtype=qt)
             held[hf] = dequantize(q, qt).astype(np.float32).reshape(x.shape)
         else:
@@ -124,7 +155,16 @@ def main():
     for name, spec in VARIANTS.items():
         if len(sys.argv) > 1 and name not in sys.argv[1:]:
             continue
-        src = fc.FIXTURES / "gemma4" / spec["src"]
+        if spec["src"] is None:  # build the checkpoint in a scratch folder (not committed)
+            import tempfile
+            src = Path(tempfile.mkdtemp(prefix="gemma4_kquant_"))
+            m = g4.build_model(tok.get_vocab_size(), fc.token_ids(tok), spec["build"], spec["build"]["seed"])
+            m.save_pretrained(str(src))
+            from make_qwen3_fixtures import PROMPT_LONG
+            fc.save_safetensors({"prompt_ids": fc.i32(torch.tensor(tok.encode(PROMPT_LONG).ids))},
+                                src / "golden.safetensors")
+        else:
+            src = fc.FIXTURES / "gemma4" / spec["src"]
         cfg = json.loads((src / "config.json").read_text())
         tc = text_cfg(cfg)
         if "global_head_dim" not in tc:  # transformers 5.24 layout: per_layer_config
@@ -160,6 +200,9 @@ def main():
                                       "min_top2_gap": f"{float(gaps.min()):.6f}"})
         print(f"gemma4/gguf/{name}: {sum(1 for _ in held)} tensors, min gap {float(gaps.min()):.3e}, "
               f"{(folder / 'model.gguf').stat().st_size / 1024:.0f} KiB")
+        if spec["src"] is None:
+            import shutil
+            shutil.rmtree(src)
 
 
 if __name__ == "__main__":

@@ -106,6 +106,7 @@ class Gemma3Model final : public DecoderLM {
     head_.hidden = H;
     head_.eps = cfg_.rms_norm_eps;
     head_.embed = load_linear(ck_, p + "embed_tokens.weight", V, H);
+    cfg_.embed_scale = embed_scale_in(head_.embed.dtype, cfg_.embed_scale);
     head_.final_norm = load_norm(ck_, p + "norm.weight", H, plus1);
     head_.lm_head = cfg_.tie_word_embeddings ? head_.embed : load_linear(ck_, "lm_head.weight", V, H);
     if (cfg_.tie_word_embeddings) (void)ck_.find("lm_head.weight");

@@ -248,7 +248,7 @@ class Gemma4Model final : public DecoderLM {
     head_.hidden = H;
     head_.eps = cfg_.rms_norm_eps;
     head_.embed = load_linear(ck_, p + "embed_tokens.weight", V, H);
-    cfg_.embed_scale = embed_scale_in(head_.embed.dtype, cfg_.embed_scale);
+    cfg_.embed_scale = embed_scale_in(head_.embed.dtype, cfg_.embed_scale);  // gemma_common
     head_.final_norm = load_norm(ck_, p + "norm.weight", H, plain);
     head_.lm_head = cfg_.tie_word_embeddings ? head_.embed : load_linear(ck_, "lm_head.weight", V, H);
     if (cfg_.tie_word_embeddings) (void)ck_.find("lm_head.weight");
@@ -285,11 +285,6 @@ class Gemma4Model final : public DecoderLM {
   }
 
  private:
-  // HF multiplies by embed_scale.to(weight.dtype): sqrt(H) rounded to bf16 for bf16 weights.
-  static float embed_scale_in(DType t, float s) {
-    return t == DType::kBF16 ? bf16_to_f32(f32_to_bf16(s)) : s;
-  }
-
   void load_moe_branch(const std::string& q, FfnWeights& f) {
     const MoESpec& m = *cfg_.moe;
     const int32_t H = cfg_.hidden_size, E = m.n_routed_experts;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "model/config_json.h"
 
@@ -64,6 +65,8 @@ void parse_gemma_head(const json& tr, ModelConfig& c) {
   }
   c.embed_scale = std::sqrt(static_cast<float>(c.hidden_size));
 }
+
+float embed_scale_in(DType t, float s) { return t == DType::kBF16 ? bf16_to_f32(f32_to_bf16(s)) : s; }
 
 std::string text_prefix(const Checkpoint& ck) {
   std::string p = "model.";

@@ -29,6 +29,11 @@ RopeSpec rope_of_kind(const nlohmann::json& tr, bool global, int32_t head_dim);
 // tie_word_embeddings (default true).
 void parse_gemma_head(const nlohmann::json& tr, ModelConfig& c);
 
+// The embedding scale as transformers applies it: embed_scale.to(weight.dtype), i.e. sqrt(H)
+// rounded to bf16 for a bf16 table (sqrt(3072) = 55.4256 becomes 55.5); as is otherwise (fp32
+// tables, and GGUF tables, which transformers dequantizes to fp32).
+float embed_scale_in(DType table_dtype, float scale);
+
 // The text weights' prefix: "model." (ForCausalLM), "model.language_model." (transformers 5
 // multimodal) or "language_model.model." (transformers 4 multimodal).
 std::string text_prefix(const Checkpoint& ck);
