@@ -159,6 +159,9 @@ class DFlashDrafter(nn.Module):
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=0.02)
+        # Start with logits of O(1): the final norm scales the unit-RMS rows by 1/|mean head row|.
+        with torch.no_grad():
+            self.norm.weight.fill_(1.0 / float(head.float().norm(dim=-1).mean().clamp(min=1e-6)))
 
     def context(self, taps):  # taps [b, S, K·H_t] -> [b, S, H]
         return self.hidden_norm(self.fc(taps))
