@@ -8,12 +8,15 @@
 #include <map>
 #include <optional>
 
+#include "chat/content_parts.h"
 #include "core/error.h"
 #include "engine/calibrate.h"
 #include "engine/model_assets.h"
 #include "engine/scheduler.h"
 #include "engine/text_stream.h"
 #include "kernels/ops.h"
+#include "kv/recurrent_state.h"
+#include "model/gdn.h"
 #include "spec/dflash_proposer.h"
 #include "spec/ngram_proposer.h"
 
@@ -142,11 +145,18 @@ void Engine::Impl::build() {
     bpb += probe_d.bytes_per_block();
     rings += probe_d.ring_bytes_per_seq();
   }
+  // Recurrent layer states (Gated DeltaNet conv + ssm, double-buffered, + the replay rows of a
+  // block) are fixed per slot like the rings, and come out of the same budget.
+  const int64_t recurrent =
+      n_recurrent_layers(target->config()) > 0
+          ? recurrent_bytes_per_sequence(recurrent_spec(target->config()), lo.max_block)
+          : 0;
   if (opts.kv_memory_bytes > 0) {
-    const int64_t fixed = rings * opts.max_seqs;
+    const int64_t fixed = (rings + recurrent) * opts.max_seqs;
     DFL_CHECK(fixed < opts.kv_memory_bytes, "--kv-memory ", opts.kv_memory_bytes,
-              " bytes cannot hold the sliding-window rings of ", opts.max_seqs, " sequences (",
-              fixed, " bytes)");
+              " bytes cannot hold the per-sequence state of ", opts.max_seqs, " sequences (",
+              fixed, " bytes: ", rings, " of sliding-window rings + ", recurrent,
+              " of recurrent states per sequence)");
     po.n_blocks = dpo.n_blocks = bpb > 0 ? std::max<int64_t>(1, (opts.kv_memory_bytes - fixed) / bpb) : 0;
   } else {
     po.n_blocks = dpo.n_blocks = int64_t(opts.max_seqs) * ((dpo.max_context + 15) / 16);
@@ -224,6 +234,11 @@ std::vector<int32_t> Engine::render_prompt(const Prompt& p) const {
     opt.extra["enable_thinking"] = impl_->opts.default_enable_thinking;
     if (p.template_kwargs.is_object())
       for (auto it = p.template_kwargs.begin(); it != p.template_kwargs.end(); ++it) opt.extra[it.key()] = it.value();
+    try {
+      require_text_only(p.messages);
+    } catch (const Error& e) {
+      throw invalid(e.what());
+    }
     std::string text;
     try {
       text = render_chat(*a.chat, p.messages, opt);

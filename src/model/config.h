@@ -51,7 +51,13 @@ struct DFlashSpec {
   std::string dialect = "z-lab";
   std::string speculators_type;       // speculators_model_type ("dflash", "dflash2")
   std::string verifier;               // speculators_config.verifier.name_or_path
-  int32_t draft_vocab_size = 0;       // > 0: the drafter's own reduced-vocabulary lm_head (d2t)
+  // The drafter's own vocabulary (speculators `draft_vocab_size`, also read from a z-lab config):
+  // 0 or = vocab_size → the target's lm_head; else its own lm_head [draft_vocab_size, H] and the
+  // d2t map back to target ids (docs/DFLASH.md "Reduced-vocabulary drafters").
+  int32_t draft_vocab_size = 0;
+  bool reduced_vocab(int64_t vocab_size) const {
+    return draft_vocab_size > 0 && draft_vocab_size != vocab_size;
+  }
   bool sample_from_anchor = false;    // DSpark-style: the anchor slot predicts the first draft
   std::optional<bool> causal;         // dflash_config.causal / !sliding_window_non_causal
 };

@@ -1,17 +1,19 @@
 // The DFlash block-diffusion drafter (z-lab DFlashDraftModel and the MiMo layout), batched.
 //
-// It has no embedding and no lm_head of its own: both are borrowed from the target. Target
-// features condition it by KV injection:
+// It has no embedding of its own and, unless its vocabulary is reduced (below), no lm_head: both
+// are borrowed from the target. Target features condition it by KV injection:
 //   c[p]  = hidden_norm(fc(concat_k taps_k[p]))                                 [S, H]
 //   every layer ℓ: K_ctx = RoPE(k_norm(c W_k)), V_ctx = (c W_v) · value_scale   (no input norm;
 //   RoPE base = backbone_rotary_base when the config sets it, else rope_theta)
 // and those context K/V live in the drafter's KV pool across steps (one sequence slot per
 // request, the same slot as in the target's pool).
+// A reduced-vocabulary drafter (speculators `draft_vocab_size` < vocab) brings its own lm_head
+// [draft_vocab, H] after the same final norm, and `d2t` maps its ids back to target ids.
 // A draft pass runs the block [anchor, MASK × (B−1)] at positions s..s+B−1 through every layer
 // (the shared attention and FFN sublayers of model/blocks.h), with queries only from the block and
 // keys = cached context ++ block, masked by each layer's resolved window (non-causal layers see
-// the whole block), then final norm and the target's lm_head; block row j predicts the token at
-// position s+j (no shift). The block's K/V are dropped afterwards (truncated back to s), so the
+// the whole block), then final norm and the target's lm_head (or the drafter's own); block row j
+// predicts the token at position s+j (no shift). The block's K/V are dropped afterwards (truncated back to s), so the
 // pool holds context only.
 //
 // run() does both for many sequences in ONE pass: first every job's new context rows (one fc
@@ -66,8 +68,15 @@ class DFlashDraftModel {
   bool has_mask_embedding() const { return !mask_embedding_.empty(); }
   const std::string& mask_embedding_path() const { return mask_embedding_path_; }
 
+  // Reduced-vocabulary drafters (DFlashSpec::reduced_vocab, docs/DFLASH.md): the drafter's own
+  // lm_head [draft_vocab, H] replaces the target's, and draft id i is target id
+  // draft_to_target()[i]. Otherwise the map is empty and logits are over the target vocabulary.
+  bool own_head() const { return !draft_to_target_.empty(); }
+  int64_t out_vocab() const;
+  const std::vector<int32_t>& draft_to_target() const { return draft_to_target_; }
+
   // Runs the jobs (file comment). logits: for each job with a block, its rows 1..n_block−1 in job
-  // order → [Σ (n_block − 1), vocab]. `hidden` (optional): the final-normed rows of every block
+  // order → [Σ (n_block − 1), out_vocab()] (draft ids when own_head()). `hidden` (optional): the final-normed rows of every block
   // [Σ n_block, H]. Throws dfl::Error when the pool is out of pages.
   void run(const std::vector<DraftJob>& jobs, CausalLM& target, std::vector<float>& logits,
            std::vector<float>* hidden = nullptr);
@@ -80,6 +89,8 @@ class DFlashDraftModel {
   int64_t weight_bytes() const;
 
  private:
+  // lm_head.weight [Vd, H], d2t (i64/i32 [Vd]) and the optional t2d (bool [vocab]), checked.
+  void load_draft_vocab(const std::string& dir, const CausalLM& target, const LoadOptions& opts);
   void prepare(const std::vector<DraftJob>& jobs);  // checks + room in the pool
   void append_contexts(const std::vector<DraftJob>& jobs);
   void draft_blocks(const std::vector<DraftJob>& jobs, CausalLM& target, std::vector<float>& logits,
@@ -93,6 +104,9 @@ class DFlashDraftModel {
   WeightMatrix fc_;                    // [H, K·H_t]
   OwnedWeights owned_;                 // load-time copy of fc (Q8 / prepacked), if any
   std::vector<float> hidden_norm_, final_norm_;
+  OutputHead head_;                    // own reduced-vocabulary lm_head (only lm_head/vocab/hidden set)
+  std::vector<int32_t> draft_to_target_;  // [draft_vocab] target ids, or empty
+  int64_t target_vocab_ = 0;
   std::vector<DecoderLayer> layers_;   // attn.rope indexes ropes_ (block positions)
   std::vector<int32_t> ctx_rope_;      // per layer: its context-key table in ropes_
   std::vector<RopeTable> ropes_;

@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include "chat/content_parts.h"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -119,6 +121,9 @@ Json message_content(const Json& c, const std::string& param) {
     const Json& part = c[i];
     if (!part.is_object()) wrong_type(p, "a content part object", part);
     const Json* type = field(part, "type");
+    if (type && type->is_string())
+      if (const std::string kind = media_part_kind(type->get_ref<const std::string&>()); !kind.empty())
+        bad(p + ".type", media_refusal(kind));
     if (!type || get_string(*type, p + ".type") != "text")
       bad(p + ".type", "only \"text\" content parts are supported");
     const Json* t = field(part, "text");

@@ -48,7 +48,7 @@ void DFlashProposer::propose_batch(const std::vector<ProposeJob>& jobs) {
     b += size_t(d.n_block);
   }
   drafter_->run(jobs_, target_, logits_);
-  const int64_t V = target_.config().vocab_size;
+  const int64_t V = drafter_->out_vocab();
   size_t row = 0;
   for (const ProposeJob& j : jobs) {
     if (!j.n_draft) continue;
@@ -58,20 +58,26 @@ void DFlashProposer::propose_batch(const std::vector<ProposeJob>& jobs) {
 }
 
 void DFlashProposer::pick(const ProposeJob& j, const float* logits) {
-  const int64_t V = target_.config().vocab_size;
+  // Logits rows are over the drafter's vocabulary Vd (= the target's unless it has its own head);
+  // `ids` maps a draft id to its target id (empty = identity).
+  const int64_t Vd = drafter_->out_vocab(), Vt = target_.config().vocab_size;
+  const std::vector<int32_t>& ids = drafter_->draft_to_target();
+  auto to_target = [&](int64_t i) { return ids.empty() ? int32_t(i) : ids[size_t(i)]; };
   Draft& out = *j.out;
   out.tokens.resize(size_t(j.n_draft));
   if (j.params->greedy()) {
     out.probs.clear();
-    for (int32_t k = 0; k < j.n_draft; ++k)
-      out.tokens[k] = static_cast<int32_t>(ops::argmax(logits + k * V, V));
+    for (int32_t k = 0; k < j.n_draft; ++k) out.tokens[k] = to_target(ops::argmax(logits + k * Vd, Vd));
     return;
   }
-  out.probs.resize(size_t(j.n_draft) * V);
+  // q over the target vocabulary: the draft distribution at the mapped ids, zero elsewhere (a
+  // token with q = 0 is never proposed; rejection sampling stays exact, sampling/verify.h).
+  out.probs.assign(size_t(j.n_draft) * size_t(Vt), 0.0f);
   for (int32_t k = 0; k < j.n_draft; ++k) {
-    sampling_probs(logits + k * V, V, *j.params, q_);
-    std::copy(q_.begin(), q_.end(), out.probs.begin() + size_t(k) * V);
-    out.tokens[k] = sample_from(q_.data(), V, *j.rng);
+    sampling_probs(logits + k * Vd, Vd, *j.params, q_);
+    float* row = out.probs.data() + size_t(k) * size_t(Vt);
+    for (int64_t i = 0; i < Vd; ++i) row[to_target(i)] = q_[size_t(i)];
+    out.tokens[k] = to_target(sample_from(q_.data(), Vd, *j.rng));
   }
 }
 

@@ -160,6 +160,23 @@ TEST(Cli, DumpTapsWritesShardsForEveryPrompt) {
   expect_error(run_dflash(base + " --out " + out), "--layers");
 }
 
+// Image (or other media) content parts in a --batch chat request: that line is refused with a
+// clear message naming the part, the others run (every model is text-only).
+TEST(Cli, BatchImageContentIsAClearError) {
+  TempDir t;
+  const std::string file = t.str() + "/req.jsonl";
+  std::ofstream(file)
+      << R"({"id": "ok", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})" "\n"
+      << R"({"id": "img", "messages": [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, )"
+         R"({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}], "max_tokens": 2})" "\n"
+      << R"({"id": "hf", "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}], "max_tokens": 2})" "\n";
+  const Proc p = run_dflash("run --model " + fixture("default/target") + " --batch " + file);
+  EXPECT_NE(p.err.find("line 2: messages[0].content[1]: image input is not supported"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("line 3: messages[0].content[0]: image input is not supported"), std::string::npos) << p.err;
+  EXPECT_NE(p.out.find("\"ok\""), std::string::npos) << p.out;
+  EXPECT_EQ(p.out.find("\"img\""), std::string::npos) << p.out;
+}
+
 TEST(Cli, TokenizeJson) {
   const Proc p = run_dflash("tokenize --model " + fixture("default/target") + " --text \"<|im_start|>hi\" --json");
   ASSERT_EQ(p.rc, 0) << p.err;

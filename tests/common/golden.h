@@ -62,6 +62,13 @@ class Golden {
     std::memcpy(out.data(), t.data, t.nbytes);
     return out;
   }
+  std::vector<int64_t> i64(const std::string& name) const {
+    const TensorInfo& t = get(name);
+    DFL_CHECK(t.dtype == DType::kI64, "golden tensor ", name, " is not I64");
+    std::vector<int64_t> out(t.numel());
+    std::memcpy(out.data(), t.data, t.nbytes);
+    return out;
+  }
   int32_t scalar_i32(const std::string& name) const { return i32(name).at(0); }
 
  private:

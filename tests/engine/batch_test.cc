@@ -224,6 +224,48 @@ TEST(Batch, CancelFreesEverythingWithinOneStep) {
   EXPECT_TRUE(e.idle());
 }
 
+// Recurrent states come out of the --kv-memory budget: per slot, both buffers of every
+// Gated DeltaNet layer's conv state [conv_dim, K−1] and delta-rule state [Hv, dk, dv] plus the
+// replay rows [block, conv_dim + 2·Hv], fp32 — worked out here from config.json by hand. The
+// same budget therefore buys a Qwen3.5 hybrid fewer attention pages (fewer sequences) than it
+// would if the states were free, and a budget below the states is refused naming them.
+TEST(Batch, RecurrentStatesCountAgainstTheKvBudget) {
+  const Family f{"qwen35_flat", test::fixture("qwen35/flat_untied"), test::fixture("qwen35/flat_untied_draft")};
+  const auto c = test::read_json(f.target + "/config.json");
+  const int64_t hk = c["linear_num_key_heads"], hv = c["linear_num_value_heads"];
+  const int64_t dk = c["linear_key_head_dim"], dv = c["linear_value_head_dim"], K = c["linear_conv_kernel_dim"];
+  int64_t n_lin = 0;
+  for (const auto& t : c["layer_types"]) n_lin += t == "linear_attention";
+  const int64_t block = test::read_json(f.draft + "/config.json")["block_size"];
+  const int64_t conv_dim = 2 * hk * dk + hv * dv;
+  const int64_t per_seq = 4 * n_lin * (2 * (conv_dim * (K - 1) + hv * dk * dv) + block * (conv_dim + 2 * hv));
+  const int32_t slots = 4;
+  const int64_t pages = 40;
+  const int64_t attn_only = budget_for_pages(f, pages, slots);  // rings + pages, no recurrent state
+  const int64_t per_page = budget_for_pages(f, 1, 1) - budget_for_pages(f, 0, 1);
+  {
+    Engine e(options(f, slots, attn_only));
+    const int64_t want = pages - (slots * per_seq + per_page - 1) / per_page;  // floor of the rest
+    EXPECT_EQ(e.metrics().kv_blocks_total, want)
+        << "per-sequence recurrent bytes " << per_seq << ", page " << per_page;
+    EXPECT_LT(e.metrics().kv_blocks_total, pages);
+    std::printf("[batch] qwen35 %d slots: %lld B recurrent state per slot; a budget of %lld pages "
+                "without them leaves %lld pages\n", slots, (long long)per_seq, (long long)pages,
+                (long long)e.metrics().kv_blocks_total);
+  }
+  {
+    Engine e(options(f, slots, attn_only + slots * per_seq));  // the states paid for: all pages
+    EXPECT_EQ(e.metrics().kv_blocks_total, pages);
+  }
+  try {
+    Engine e(options(f, slots, slots * per_seq));
+    ADD_FAILURE() << "a budget below the recurrent states was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(per_seq) + " of recurrent states"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Batch, RefusalsNameTheNumbersAndLeaveOthersRunning) {
   const Family f = families()[0];
   Engine e(options(f, 2, 0));

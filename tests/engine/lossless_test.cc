@@ -23,7 +23,8 @@ struct PairDef {
 
 std::vector<PairDef> all_pairs() {
   std::vector<PairDef> v;
-  for (const char* n : {"zlab_full", "mimo_style", "mixed_swa", "dflash2_noncausal"}) {
+  // speculators_d2t: reduced-vocabulary drafter (own lm_head, d2t map back to target ids).
+  for (const char* n : {"zlab_full", "mimo_style", "mixed_swa", "dflash2_noncausal", "speculators_d2t"}) {
     const auto meta = test::read_json(test::fixture(std::string("dflash/") + n + "/meta.json"));
     v.push_back({n, test::repo_root() + "/" + meta.at("target").get<std::string>(),
                  test::fixture(std::string("dflash/") + n + "/draft")});

@@ -154,6 +154,45 @@ TEST(VerifyRejection, CommittedTokenFollowsTarget) {
   EXPECT_TRUE(test::chi2_gof(q_counts, want_p, N).reject());
 }
 
+// A reduced-vocabulary drafter (d2t): q is the processed distribution over its own 3-token
+// vocabulary {1, 3, 4} scattered into the target vocabulary, zero elsewhere (as DFlashProposer
+// builds it). Tokens 0, 2, 5 can never be proposed; their mass comes from the residual, and the
+// committed token still follows p exactly.
+TEST(VerifyRejection, SparseDraftSupportStaysExact) {
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  const std::vector<double> p = {0.3, 0.2, 0.1, 0.25, 0.1, 0.05};
+  const std::vector<int32_t> d2t_ids = {1, 3, 4};
+  const std::vector<double> qd_small = {0.5, 0.2, 0.3};
+  const auto lp = logits_of(p);
+  std::vector<float> logits2 = lp;
+  logits2.insert(logits2.end(), lp.begin(), lp.end());
+  std::vector<float> small_logits;
+  for (double v : qd_small) small_logits.push_back(float(std::log(v)));
+  std::vector<float> q_small;
+  sampling_probs(small_logits.data(), 3, sp, q_small);
+  std::vector<float> q(V, 0.0f);
+  for (int i = 0; i < 3; ++i) q[d2t_ids[i]] = q_small[i];
+  std::map<int, double> want_p;
+  for (int i = 0; i < V; ++i) want_p[i] = p[i];
+  Rng rng(123);
+  const int N = 200000;
+  std::map<int, int64_t> committed;
+  int64_t accepted = 0;
+  for (int t = 0; t < N; ++t) {
+    const int32_t d = d2t_ids[sample_from(q_small.data(), 3, rng)];
+    const VerifyResult r = verify_rejection(&d, 1, logits2.data(), q.data(), V, sp, rng);
+    accepted += r.n_accepted;
+    ++committed[r.n_accepted ? d : r.next_token];
+  }
+  const auto c = test::chi2_gof(committed, want_p, N);
+  EXPECT_FALSE(c.reject()) << "committed ~ p: chi2 " << c.stat << " > " << c.threshold;
+  double accept_p = 0;  // Σ min(p, q) over the draft support
+  for (int i = 0; i < 3; ++i) accept_p += std::min(p[d2t_ids[i]], double(q_small[i]));
+  EXPECT_NEAR(double(accepted) / N, accept_p, 5 * std::sqrt(accept_p * (1 - accept_p) / N));
+  EXPECT_GT(accepted, N / 4) << "drafts must be accepted often for this to test anything";
+}
+
 // All drafts accepted ⇒ the bonus is drawn from the last row's p.
 TEST(VerifyRejection, BonusFromLastRow) {
   SamplingParams sp;

@@ -155,6 +155,16 @@ TEST(ServerRequest, ErrorsNameTheField) {
       {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]})", "messages[0].content[0].text"},
       {R"({"messages": [{"role": "assistant", "content": "", "tool_calls": 1}]})", "messages[0].tool_calls"},
   };
+  // Media parts: the same 400 with a message saying the model is text-only.
+  for (const char* type : {"image_url", "image", "input_image", "input_audio", "video_url"}) {
+    const std::string body = std::string(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}, {"type": ")") +
+                             type + R"("}]}]})";
+    const ApiError e = refused(ApiKind::kChat, body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, "messages[0].content[1].type") << body;
+    EXPECT_NE(std::string(e.what()).find("input is not supported: this is a text-only model"), std::string::npos)
+        << e.what();
+  }
   for (const auto& [body, param] : chat_cases) {
     const ApiError e = refused(ApiKind::kChat, body);
     EXPECT_EQ(e.status, 400) << body;

@@ -361,6 +361,16 @@ TEST(Server, ErrorCodes) {
   EXPECT_NE(res->body.find("512"), std::string::npos) << res->body;
   // A token id out of the vocabulary.
   expect_error(r.post("/v1/completions", Json{{"prompt", Json::array({1, 99999})}}), 400);
+  // An image content part on a text-only model: 400 naming the part, with a clear message.
+  Json img = chat_body("x");
+  img["messages"] = Json::array({Json{{"role", "user"},
+                                      {"content", Json::array({Json{{"type", "text"}, {"text", "what is it?"}},
+                                                               Json{{"type", "image_url"},
+                                                                    {"image_url", {{"url", "data:image/png;base64,AAAA"}}}}})}}});
+  res = r.post("/v1/chat/completions", img);
+  expect_error(res, 400, "messages[0].content[1].type");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->body.find("image input is not supported"), std::string::npos) << res->body;
 }
 
 TEST(Server, QueueFull429) {

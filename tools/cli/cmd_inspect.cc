@@ -77,6 +77,7 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
     if (!d.speculators_type.empty()) dj["speculators_model_type"] = d.speculators_type;
     if (!d.verifier.empty()) dj["verifier"] = d.verifier;
     dj["draft_vocab_size"] = d.draft_vocab_size;
+    dj["reduced_vocab"] = d.reduced_vocab(c.vocab_size);
     dj["sample_from_anchor"] = d.sample_from_anchor;
     dj["causal"] = d.causal ? nlohmann::ordered_json(*d.causal) : nlohmann::ordered_json(nullptr);
     const std::string me = mask_embedding_file(c.dir);
@@ -187,6 +188,11 @@ int cmd_inspect(int argc, char** argv) {
               << " (aux " << d["target_aux_layers"].dump() << "), mask_embedding "
               << d["mask_embedding"].dump() << ", dialect " << d["dialect"].get<std::string>()
               << "\n";
+    if (c.dflash->reduced_vocab(c.vocab_size))
+      std::cout << "  draft vocab " << c.dflash->draft_vocab_size << " of " << c.vocab_size
+                << " (own lm_head, d2t map to target ids)\n";
+    else
+      std::cout << "  draft vocab = target vocab " << c.vocab_size << " (target's lm_head)\n";
     for (const auto& t : d["taps"])
       std::cout << "  tap " << t["tap"] << ": target layer " << t["target_layer"] << " -> aux "
                 << t["aux_index"] << "\n";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/mmap.h"
@@ -113,6 +114,17 @@ void parse_dflash(const nlohmann::json& raw, ModelConfig& c, const ConfigOptions
               "config: drafter has neither target_layer_ids nor num_target_layers");
     d.target_layer_ids = default_target_layer_ids(d.num_target_layers, c.n_layers);
   }
+  if (d.dialect != "speculators") {
+    // z-lab layout with its own reduced-vocabulary head (dflash_config first, then top level).
+    if (const json* v = dflash_key(root, "draft_vocab_size")) {
+      const int64_t dv = as_int(*v, "draft_vocab_size");
+      DFL_CHECK(dv >= 1 && dv <= c.vocab_size, "config: draft_vocab_size ", dv,
+                " must be in [1, vocab_size ", c.vocab_size, "]");
+      d.draft_vocab_size = static_cast<int32_t>(dv);
+    }
+  }
+  DFL_CHECK(d.draft_vocab_size >= 0 && d.draft_vocab_size <= c.vocab_size, "config: draft_vocab_size ",
+            d.draft_vocab_size, " must be in [1, vocab_size ", c.vocab_size, "]");
   if (const json* v = dflash_key(root, "attention_value_scale")) {
     DFL_CHECK(v->is_number(), "config: attention_value_scale must be a number");
     d.attention_value_scale = v->get<float>();
@@ -276,9 +288,6 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
   const DFlashSpec& d = *cfg_.dflash;
   const int32_t H = cfg_.hidden_size, Ht = tc.hidden_size, K = int32_t(d.target_layer_ids.size());
   DFL_CHECK(H == Ht, "drafter hidden_size ", H, " does not match the target's ", Ht);
-  DFL_CHECK(d.draft_vocab_size == 0 || d.draft_vocab_size == tc.vocab_size, "'", dir,
-            "': a drafter with its own reduced-vocabulary lm_head (draft_vocab_size ",
-            d.draft_vocab_size, ", d2t/t2d maps) is not supported yet");
   DFL_CHECK(!d.sample_from_anchor, "'", dir, "': sample_from_anchor drafters are not supported yet");
   DFL_CHECK(cfg_.vocab_size == tc.vocab_size || d.mask_token_id < tc.vocab_size,
             "drafter mask_token_id ", d.mask_token_id, " is outside the target vocabulary");
@@ -298,8 +307,10 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
             ": this drafter was not trained for this target");
   fc_ = load_linear(ck_, prefix_ + "fc.weight", H, int64_t(K) * Ht);
   convert_weight(fc_, opts, owned_, &pool);
+  target_vocab_ = tc.vocab_size;
   hidden_norm_ = load_vector(ck_, prefix_ + "hidden_norm.weight", H);
   final_norm_ = load_vector(ck_, prefix_ + "norm.weight", H);
+  if (d.reduced_vocab(cfg_.vocab_size)) load_draft_vocab(dir, target, opts);
   std::vector<std::pair<RopeSpec, float>> keys;
   for (int32_t il = 0; il < cfg_.n_layers; ++il) {
     const LayerSpec& s = cfg_.layers[il];
@@ -326,6 +337,52 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
   po.max_context = opts.max_context + po.slack;
   own_kv_ = std::make_unique<KvPool>(kv_layout(cfg_), po);
   kv_ = own_kv_.get();
+}
+
+int64_t DFlashDraftModel::out_vocab() const {
+  return own_head() ? int64_t(draft_to_target_.size()) : target_vocab_;
+}
+
+void DFlashDraftModel::load_draft_vocab(const std::string& dir, const CausalLM& target,
+                                        const LoadOptions& opts) {
+  const int32_t Vd = cfg_.dflash->draft_vocab_size, H = cfg_.hidden_size;
+  const int64_t Vt = target.config().vocab_size;
+  DFL_CHECK(ck_.contains(prefix_ + "lm_head.weight"), "drafter '", dir, "' has draft_vocab_size ", Vd,
+            " (vocab_size ", cfg_.vocab_size, ") but no '", prefix_,
+            "lm_head.weight' [draft_vocab_size, hidden]: a reduced-vocabulary drafter needs its own head");
+  head_.lm_head = load_linear(ck_, prefix_ + "lm_head.weight", Vd, H);
+  convert_weight(head_.lm_head, opts, owned_, &pool_);
+  head_.vocab = Vd;
+  head_.hidden = H;
+  // d2t[i] = target_id − i (speculators' convention: target_id = draft_id + d2t[draft_id]).
+  const TensorInfo& d2t = ck_.require(prefix_ + "d2t", DTypeSet{DType::kI64, DType::kI32}, {Vd});
+  draft_to_target_.resize(size_t(Vd));
+  std::vector<uint8_t> seen(size_t(Vt), 0);
+  for (int32_t i = 0; i < Vd; ++i) {
+    int64_t off = 0;
+    if (d2t.dtype == DType::kI64) std::memcpy(&off, d2t.data + size_t(i) * 8, 8);
+    else {
+      int32_t o32 = 0;
+      std::memcpy(&o32, d2t.data + size_t(i) * 4, 4);
+      off = o32;
+    }
+    const int64_t t = int64_t(i) + off;
+    DFL_CHECK(t >= 0 && t < Vt, "drafter '", dir, "': d2t[", i, "] = ", off, " maps draft id ", i,
+              " to target id ", t, ", outside the target vocabulary of ", Vt);
+    DFL_CHECK(!seen[size_t(t)], "drafter '", dir, "': d2t maps two draft ids to target id ", t);
+    seen[size_t(t)] = 1;
+    draft_to_target_[size_t(i)] = static_cast<int32_t>(t);
+  }
+  // t2d (optional, bool [vocab]): must mark exactly the d2t image.
+  if (ck_.contains(prefix_ + "t2d")) {
+    const TensorInfo& t2d =
+        ck_.require(prefix_ + "t2d", DTypeSet{DType::kBool, DType::kU8}, {cfg_.vocab_size});
+    for (int64_t t = 0; t < cfg_.vocab_size; ++t) {
+      const bool in = t2d.data[t] != 0, mapped = t < Vt && seen[size_t(t)];
+      DFL_CHECK(in == mapped, "drafter '", dir, "': t2d[", t, "] = ", in,
+                " disagrees with d2t (which ", mapped ? "maps" : "does not map", " a draft id to it)");
+    }
+  }
 }
 
 void DFlashDraftModel::run(const std::vector<DraftJob>& jobs, CausalLM& target,
@@ -402,7 +459,7 @@ void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM&
     logits.clear();
     return;
   }
-  logits.resize(size_t(out_rows) * size_t(target.config().vocab_size));
+  logits.resize(size_t(out_rows) * size_t(out_vocab()));
   plan_.build(psegs_.data(), int32_t(psegs_.size()), ropes_);
   float* x = Scratch::ensure(x_, size_t(rows) * H);
   target.embed(tokens_.data(), rows, x);
@@ -424,7 +481,8 @@ void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM&
     std::copy_n(x + size_t(g.row0 + 1) * H, size_t(g.n - 1) * H, xl + size_t(o) * H);
     o += g.n - 1;
   }
-  target.lm_head(xl, out_rows, logits.data());
+  if (own_head()) head_.logits(xl, out_rows, logits.data(), pool_);  // [out_rows, draft_vocab]
+  else target.lm_head(xl, out_rows, logits.data());                  // [out_rows, target vocab]
 }
 
 void DFlashDraftModel::append_context(int32_t seq, const float* taps, int32_t n, int32_t pos0) {
@@ -455,7 +513,7 @@ void DFlashDraftModel::draft_block(int32_t seq, const int32_t* tokens, int32_t n
 }
 
 int64_t DFlashDraftModel::weight_bytes() const {
-  int64_t b = dfl::weight_bytes(fc_);
+  int64_t b = dfl::weight_bytes(fc_) + (own_head() ? dfl::weight_bytes(head_.lm_head) : 0);
   for (const auto& l : layers_) b += l.matrix_bytes(cfg_);
   return b;
 }
