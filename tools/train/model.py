@@ -155,7 +155,9 @@ class DFlashDrafter(nn.Module):
         self.register_buffer("embed", embed, persistent=False)  # [V, H] scaled target embedding
         self.register_buffer("head", head, persistent=False)    # [V_draft, H] target head rows
         if c.mask_embedding:
-            self.mask_embedding = nn.Parameter(embed[c.mask_token_id].float().clone())
+            # Zero, not the table row: a Gemma row is x sqrt(H) (norm ~26) and would dominate the block's
+            # residual stream until Adam shrinks it (measured: val loss stuck near 6 for 150 steps).
+            self.mask_embedding = nn.Parameter(torch.zeros(embed.shape[1]))
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=0.02)
