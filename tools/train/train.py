@@ -78,6 +78,7 @@ def tap_scale(seqs) -> torch.Tensor:
 def offline_eval(model, seqs, val, args, maps, weights, max_blocks=400):
     """Mean loss and tau estimate (1 + the correct-prefix length of greedy drafts) on val anchors."""
     model.eval()
+    negatives, args._negatives = getattr(args, "_negatives", None), None  # the draft vocabulary only
     rng = np.random.default_rng(1234)
     B = args.block_size
     tot_l = tot_w = 0.0
@@ -96,6 +97,7 @@ def offline_eval(model, seqs, val, args, maps, weights, max_blocks=400):
             if len(prefix) >= max_blocks:
                 break
     model.train()
+    args._negatives = negatives
     return tot_l / max(tot_w, 1e-9), 1.0 + float(np.mean(prefix)) if prefix else 0.0
 
 
