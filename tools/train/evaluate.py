@@ -4,7 +4,7 @@
   evaluate.py --dflash build/dflash --model TARGET --draft DIR --prompts heldout.jsonl
               [--max-tokens 64] [--threads 2] [--limit N] [--ngram 3] [--json OUT.json]
 
-Runs the same prompts one at a time (--max-seqs 1: the latency case speculative decoding is for) three
+Runs the same prompts (one at a time by default: --max-seqs 1, the latency case speculative decoding is for) three
 ways in one go: target-only, the n-gram proposer (`--draft ngram:N`) and the drafter; reports for each
 tau (mean tokens committed per target verify pass), the acceptance histogram (accepted drafts per cycle),
 decode tok/s and the speed-up over target-only, and checks that every output is token-identical to
@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 
-def run_batch(dflash, model, draft, batch_file, threads):
-    cmd = [dflash, "run", "--model", model, "--batch", batch_file, "--max-seqs", "1", "--threads", str(threads)]
+def run_batch(dflash, model, draft, batch_file, threads, max_seqs=1):
+    cmd = [dflash, "run", "--model", model, "--batch", batch_file, "--max-seqs", str(max_seqs),
+           "--threads", str(threads)]
     if draft:
         cmd += ["--draft", draft]
     t0 = time.time()
@@ -67,8 +68,11 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--max-seqs", type=int, default=1,
+                    help="requests at once (1 = the latency case; more = batched throughput, same tau at T=0)")
     ap.add_argument("--ngram", type=int, default=3)
     ap.add_argument("--skip-ngram", action="store_true")
+    ap.add_argument("--tau-only", action="store_true", help="run only the drafter (tau and histogram)")
     ap.add_argument("--json")
     a = ap.parse_args()
     lines = [json.loads(l) for l in Path(a.prompts).read_text().splitlines() if l.strip()]
@@ -79,12 +83,21 @@ def main():
             f.write(json.dumps({"id": l.get("id", str(i)), "prompt": l["prompt"], "max_tokens": a.max_tokens,
                                 "temperature": 0}) + "\n")
         batch = f.name
-    res = {"prompts": a.prompts, "n_prompts": len(lines), "max_tokens": a.max_tokens, "threads": a.threads}
-    base, _ = run_batch(a.dflash, a.model, "", batch, a.threads)
+    res = {"prompts": a.prompts, "n_prompts": len(lines), "max_tokens": a.max_tokens, "threads": a.threads,
+           "max_seqs": a.max_seqs}
+    if a.tau_only:
+        rows, _ = run_batch(a.dflash, a.model, a.draft, batch, a.threads, a.max_seqs)
+        res["dflash"] = summarize(rows)
+        print(f"[eval] dflash: tau {res['dflash'].get('tau', 0):.3f} | histogram "
+              f"{res['dflash'].get('acceptance_histogram')}", flush=True)
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
+        return res
+    base, _ = run_batch(a.dflash, a.model, "", batch, a.threads, a.max_seqs)
     res["target_only"] = summarize(base)
     configs = [("dflash", a.draft)] + ([] if a.skip_ngram else [(f"ngram:{a.ngram}", f"ngram:{a.ngram}")])
     for name, draft in configs:
-        rows, _ = run_batch(a.dflash, a.model, draft, batch, a.threads)
+        rows, _ = run_batch(a.dflash, a.model, draft, batch, a.threads, a.max_seqs)
         s = summarize(rows, base)
         s["speedup_decode"] = round(s["decode_tok_s"] / res["target_only"]["decode_tok_s"], 3)
         s["speedup_e2e"] = round(s["e2e_tok_s"] / res["target_only"]["e2e_tok_s"], 3)

@@ -155,10 +155,15 @@ class DFlashDrafter(nn.Module):
         self.register_buffer("embed", embed, persistent=False)  # [V, H] scaled target embedding
         self.register_buffer("head", head, persistent=False)    # [V_draft, H] target head rows
         if c.mask_embedding:
-            self.mask_embedding = nn.Parameter(embed[c.mask_token_id].float().clone())
+            # Zero, not the table row: a Gemma row is x sqrt(H) (norm ~26) and would dominate the block's
+            # residual stream until Adam shrinks it (measured: val loss stuck near 6 for 150 steps).
+            self.mask_embedding = nn.Parameter(torch.zeros(embed.shape[1]))
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, std=0.02)
+        # Start with logits of O(1): the final norm scales the unit-RMS rows by 1/|mean head row|.
+        with torch.no_grad():
+            self.norm.weight.fill_(1.0 / float(head.float().norm(dim=-1).mean().clamp(min=1e-6)))
 
     def context(self, taps):  # taps [b, S, K·H_t] -> [b, S, H]
         return self.hidden_norm(self.fc(taps))

@@ -76,5 +76,25 @@ def _hf_tables(folder: Path) -> TargetTables:
 
 
 def load_target_tables(path: str) -> TargetTables:
+    """The tables of a GGUF file are dequantized once and cached beside it as `<file>.train-tables/`
+    (float32 .npy, memory-mapped on later runs: dequantizing a 262k x 640 table takes ~1 min on CPU)."""
     p = Path(path)
-    return _gguf_tables(p) if p.is_file() and p.suffix == ".gguf" else _hf_tables(p)
+    if not (p.is_file() and p.suffix == ".gguf"):
+        return _hf_tables(p)
+    cache = p.with_name(p.name + ".train-tables")
+    meta = cache / "meta.json"
+    if meta.exists() and json.loads(meta.read_text()).get("size") == p.stat().st_size:
+        m = json.loads(meta.read_text())
+        embed = np.load(cache / "embed.npy", mmap_mode="r")
+        head = np.load(cache / "head.npy", mmap_mode="r") if m["untied"] else embed
+        return TargetTables(embed, head, m["embed_scale"], m["hidden_size"], m["num_layers"], embed.shape[0],
+                            m["family"])
+    t = _gguf_tables(p)
+    cache.mkdir(exist_ok=True)
+    np.save(cache / "embed.npy", t.embed)
+    if t.head is not t.embed:
+        np.save(cache / "head.npy", t.head)
+    meta.write_text(json.dumps({"size": p.stat().st_size, "untied": t.head is not t.embed,
+                                "embed_scale": t.embed_scale, "hidden_size": t.hidden_size,
+                                "num_layers": t.num_layers, "family": t.family}))
+    return t
