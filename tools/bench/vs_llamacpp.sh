@@ -111,10 +111,12 @@ need_qwen3_gguf() {  # $1 = bf16 | q8_0
 ours() {  # $1 = tag, $2 = model, rest = extra flags
   local tag=$1 model=$2; shift 2
   "$DFLASH" bench --model "$model" --threads "$THREADS" --repeats 1 --pp 16,512 --tg 64 \
-    --verify 1,16 --skip machine,draft,dflash --json "$@" 2>/dev/null >"$OUT/$tag.ours.$r.json"
+    --verify 1,16 --skip machine,draft,dflash --json "$@" 2>"$OUT/$tag.ours.$r.err" \
+    >"$OUT/$tag.ours.$r.json" || echo "dflash bench failed: $OUT/$tag.ours.$r.err" >&2
 }
 theirs() {  # $1 = tag, $2 = gguf
-  "$LLAMA_BENCH" -m "$2" -t "$THREADS" -p 16,512 -n 64 -r 1 -o json 2>/dev/null >"$OUT/$1.theirs.$r.json"
+  "$LLAMA_BENCH" -m "$2" -t "$THREADS" -p 16,512 -n 64 -r 1 -o json 2>"$OUT/$1.theirs.$r.err" \
+    >"$OUT/$1.theirs.$r.json" || echo "llama-bench failed: $OUT/$1.theirs.$r.err" >&2
 }
 
 run_case() {  # $1 = case name, $2 = gguf, then "tag|model|flags" per our variant

@@ -86,6 +86,7 @@ def main() -> None:
     w.add_rope_freq_base(cfg.get("rope_theta", 1000000.0))
     w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if args.type == "bf16" else gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_vocab_size(cfg["vocab_size"])  # llama.cpp sizes token_embd from it when there is no vocab
     w.add_tokenizer_model("none")
     for name, arr, bf16 in read_safetensors(args.folder / "model.safetensors"):
         g = gguf_name(name)
