@@ -44,7 +44,8 @@ struct EngineOptions {
   int32_t max_queue = 4096;         // waiting requests before submit refuses (kQueueFull)
   int32_t default_block_size = kBlockDefault;  // kBlockDefault = the drafter's, or kBlockAuto
   bool calibrate = true;            // measure the verify cost curve at start (for kBlockAuto)
-  bool default_enable_thinking = false;  // chat default (DFlash drafters train thinking-off)
+  bool default_enable_thinking = false;
+  int32_t microbatches = 1;         // scheduler groups kept in flight (SchedulerOptions::groups)  // chat default (DFlash drafters train thinking-off)
   // Bench and test hook: given the engine's proposer (null without a drafter), returns the one
   // to use instead (owned by the caller; it may wrap the real one), or nullptr to keep it.
   std::function<Proposer*(Proposer* real)> wrap_proposer;
