@@ -175,6 +175,10 @@ PipelineLM::~PipelineLM() {
     comm_.abort(1);
   }
   try {
+    // Passes begun but never ended (an engine destroyed mid-run): take their activations so the
+    // last worker is not left waiting to send them.
+    for (; !in_flight_.empty() && comm_.size() > 1; in_flight_.pop_front())
+      comm_.recv(comm_.size() - 2, activation_tag(in_flight_.front().group), rx_, timeout_s_);
     StepCommand c;
     c.op = StageOp::kStop;
     send_all(c);
