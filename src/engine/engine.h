@@ -8,7 +8,8 @@
 //
 // One step = one batched target forward over ragged segments (prefill chunks of newly admitted
 // requests, verify blocks of speculating requests, single tokens of the others) + one batched
-// drafter pass for every speculating request. At temperature 0 every request's tokens are
+// drafter pass for every speculating request (with microbatches G > 1: of one group of requests,
+// up to G groups' forwards in flight; scheduler.h). At temperature 0 every request's tokens are
 // bit-identical to running it alone; at T > 0 with a seed, identical to running alone with that
 // seed (each request has its own RNG stream).
 #pragma once

@@ -20,6 +20,9 @@
 //   6. per sequence: verify (greedy prefix or rejection sampling with its own RNG), commit,
 //      truncate its KV to the accepted prefix, report tokens; finish on stop ids, max tokens,
 //      the context limit or a callback asking to stop; free its slot.
+// With SchedulerOptions::groups = G > 1 these steps run per micro-batch group (its sequences
+// only), and step() begins every group not in flight (1-5, ending in forward_begin), then ends
+// the oldest one in flight (forward_end, 6): up to G target forwards are under way at once.
 // At T = 0 a sequence's tokens are bit-identical to running it alone (all ops are row-invariant
 // and its prefill cuts are fixed); at T > 0 with a seed, identical to running alone with that
 // seed for a fixed block size (auto block sizes follow measured timings, so their draft lengths —
