@@ -14,9 +14,10 @@
 
 namespace dfl::dist {
 
-// Message tags: the driver's per-step command to every worker, the activation relay, and the
-// workers' counters sent back at the end.
-enum Tag : int { kTagCommand = 11, kTagActivation = 12, kTagStats = 13 };
+// Message tags: the driver's per-step command to every worker and the workers' counters sent
+// back at the end; the activation relay uses one tag per micro-batch group (activation_tag in
+// stage_protocol.h, 100 and up).
+enum Tag : int { kTagCommand = 11, kTagStats = 13 };
 
 class Communicator {
  public:

@@ -1,5 +1,6 @@
 #include "dist/pipeline_lm.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -89,22 +90,40 @@ void PipelineLM::release(int32_t seq) {
 int64_t PipelineLM::weight_bytes_per_token() const { return stage_->weight_bytes_per_token(); }
 
 void PipelineLM::forward(const ForwardBatch& b, BatchOut& out) {
+  forward_begin(b);
+  forward_end(b, out);
+}
+
+// Once a command is out the ranks only stay in step if its pass completes: any failure after
+// that point ends the job (with the reason on this rank's stderr).
+void PipelineLM::forward_begin(const ForwardBatch& b) {
   DFL_CHECK(!b.segs.empty(), "empty forward pass");
-  // Once the command is out the ranks only stay in step if the forward completes: any failure
-  // after that point ends the job (with the reason on this rank's stderr).
   try {
-    forward_all(b, out);
+    begin_all(b);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dflash[rank %d]: %s: aborting every rank\n", comm_.rank(), e.what());
     comm_.abort(1);
   }
 }
 
-void PipelineLM::forward_all(const ForwardBatch& b, BatchOut& out) {
+void PipelineLM::forward_end(const ForwardBatch& b, BatchOut& out) {
+  try {
+    end_all(b, out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dflash[rank %d]: %s: aborting every rank\n", comm_.rank(), e.what());
+    comm_.abort(1);
+  }
+}
+
+void PipelineLM::begin_all(const ForwardBatch& b) {
   DFL_CHECK(!remote_len_.empty(), "pipeline: forward before attach_kv");
-  if (steps_ == 0) t_start_ = now_s();
+  DFL_CHECK(b.group >= 0 && b.group < kMaxGroups, "pipeline: micro-batch group ", b.group);
+  for (const InFlight& f : in_flight_)
+    DFL_CHECK(f.group != b.group, "pipeline: group ", b.group, " already has a pass in flight");
+  if (steps_ == 0 && in_flight_.empty()) t_start_ = now_s();
   StepCommand c;
   c.op = StageOp::kForward;
+  c.group = b.group;
   c.trims = std::move(trims_);
   trims_.clear();
   int64_t rows = 0;
@@ -121,10 +140,19 @@ void PipelineLM::forward_all(const ForwardBatch& b, BatchOut& out) {
   }
   if (b.aux) c.aux = *b.aux;
   send_all(c);
+  in_flight_.push_back({b.group, rows});
+  max_in_flight_ = std::max<int64_t>(max_in_flight_, int64_t(in_flight_.size()));
+}
+
+void PipelineLM::end_all(const ForwardBatch& b, BatchOut& out) {
+  DFL_CHECK(!in_flight_.empty() && in_flight_.front().group == b.group, "pipeline: forward_end of group ",
+            b.group, " is not the oldest pass in flight");
+  const int64_t rows = in_flight_.front().rows;
+  in_flight_.pop_front();
   const int32_t H = config().hidden_size;
   const float* x_in = nullptr;
   if (comm_.size() > 1) {
-    comm_.recv(comm_.size() - 2, kTagActivation, rx_, timeout_s_);
+    comm_.recv(comm_.size() - 2, activation_tag(b.group), rx_, timeout_s_);
     x_in = reinterpret_cast<const float*>(rx_.data());
     DFL_CHECK(rx_.size() % 4 == 0 && rx_.size() >= size_t(rows) * H * 4, "pipeline: activation of ",
               rx_.size(), " bytes for ", rows, " rows");
@@ -147,12 +175,17 @@ PipelineLM::~PipelineLM() {
     comm_.abort(1);
   }
   try {
+    // Passes begun but never ended (an engine destroyed mid-run): take their activations so the
+    // last worker is not left waiting to send them.
+    for (; !in_flight_.empty() && comm_.size() > 1; in_flight_.pop_front())
+      comm_.recv(comm_.size() - 2, activation_tag(in_flight_.front().group), rx_, timeout_s_);
     StepCommand c;
     c.op = StageOp::kStop;
     send_all(c);
     const double wall = steps_ ? now_s() - t_start_ : 0.0;
-    std::fprintf(stderr, "[pp] %d stages (layers %s): %lld steps, %lld rows\n", comm_.size(),
-                 stages_str(stages_).c_str(), (long long)steps_, (long long)rows_);
+    std::fprintf(stderr, "[pp] %d stages (layers %s): %lld steps, %lld rows, at most %lld in flight\n",
+                 comm_.size(), stages_str(stages_).c_str(), (long long)steps_, (long long)rows_,
+                 (long long)max_in_flight_);
     for (int r = 0; r < comm_.size(); ++r) {
       RankStats s;
       if (r + 1 < comm_.size()) {
@@ -250,7 +283,7 @@ void run_stage_worker(const std::string& model_dir, const ConfigOptions& co,
     for (const SegmentSpec& g : b.segs) rows += g.n;
     const float* x_in = nullptr;
     if (rank > 0) {
-      comm.recv(rank - 1, kTagActivation, act, timeout_s);
+      comm.recv(rank - 1, activation_tag(c.group), act, timeout_s);
       DFL_CHECK(act.size() % 4 == 0 && act.size() >= size_t(rows) * H * 4, "pipeline: activation of ",
                 act.size(), " bytes for ", rows, " rows");
       x_in = reinterpret_cast<const float*>(act.data());
@@ -261,7 +294,7 @@ void run_stage_worker(const std::string& model_dir, const ConfigOptions& co,
     const auto& aux = b.aux ? *b.aux : kNoAux;
     if (x_in) unpack_taps(b, x_in, act.size() / 4, rows, H, aux.size(), relayed_columns(stages, aux, rank - 1), out.aux);
     pack_activation(b, m->stage_output(), rows, H, out.aux, aux.size(), relayed_columns(stages, aux, rank), msg);
-    comm.send(rank + 1, kTagActivation, msg.data(), msg.size() * sizeof(float), timeout_s);
+    comm.send(rank + 1, activation_tag(c.group), msg.data(), msg.size() * sizeof(float), timeout_s);
   }
   st.bytes_sent = double(comm.bytes_sent());
   st.messages = double(comm.messages_sent());

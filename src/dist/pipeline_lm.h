@@ -15,6 +15,7 @@
 // driver's commands until it stops (or aborts the job).
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -52,6 +53,10 @@ class PipelineLM final : public CausalLM {
   void release(int32_t seq) override;
   int32_t max_context() const override { return stage_->max_context(); }
   void forward(const ForwardBatch& batch, BatchOut& out) override;
+  // Micro-batching: begin sends the command (the workers start at once), end receives the
+  // activation of the oldest begun pass (on its group's tag) and runs the last stage.
+  void forward_begin(const ForwardBatch& batch) override;
+  void forward_end(const ForwardBatch& batch, BatchOut& out) override;
   void embed(const int32_t* tokens, int64_t n, float* out) const override { stage_->embed(tokens, n, out); }
   void norm_and_lm_head(const float* x, int64_t n, float* logits) override {
     stage_->norm_and_lm_head(x, n, logits);
@@ -61,7 +66,8 @@ class PipelineLM final : public CausalLM {
 
  private:
   void send_all(const StepCommand& c);
-  void forward_all(const ForwardBatch& batch, BatchOut& out);
+  void begin_all(const ForwardBatch& batch);
+  void end_all(const ForwardBatch& batch, BatchOut& out);
 
   std::unique_ptr<CausalLM> owned_;
   DecoderLM* stage_;
@@ -71,7 +77,12 @@ class PipelineLM final : public CausalLM {
   std::vector<int32_t> remote_len_;  // per slot: the length the workers hold
   std::vector<SeqTrim> trims_;       // rollbacks / releases not sent yet
   std::vector<uint8_t> rx_;
-  int64_t steps_ = 0, rows_ = 0;
+  struct InFlight {
+    int32_t group = 0;
+    int64_t rows = 0;
+  };
+  std::deque<InFlight> in_flight_;   // begun passes, oldest first
+  int64_t steps_ = 0, rows_ = 0, max_in_flight_ = 0;
   double busy_s_ = 0, t_start_ = 0;
 };
 

@@ -39,6 +39,7 @@ std::vector<int32_t> encode_command(const StepCommand& c) {
                          int32_t(c.n_blocks & 0x7fffffff), int32_t(c.n_blocks >> 31)});
       break;
     case StageOp::kForward:
+      m.push_back(c.group);
       m.push_back(int32_t(c.trims.size()));
       for (const SeqTrim& t : c.trims) m.insert(m.end(), {t.seq, t.length});
       m.push_back(int32_t(c.segs.size()));
@@ -77,6 +78,9 @@ StepCommand decode_command(const uint8_t* data, size_t bytes) {
       c.n_blocks = int64_t(uint32_t(r.next())) | (int64_t(r.next()) << 31);
       break;
     case StageOp::kForward: {
+      c.group = r.next();
+      DFL_CHECK(c.group >= 0 && c.group < kMaxGroups, "pipeline command: micro-batch group ", c.group,
+                " out of range");
       c.trims.resize(size_t(r.count()));
       for (SeqTrim& t : c.trims) {
         t.seq = r.next();
@@ -112,6 +116,7 @@ StepCommand decode_command(const uint8_t* data, size_t bytes) {
 
 ForwardBatch batch_of(const StepCommand& c) {
   ForwardBatch b;
+  b.group = c.group;
   size_t t = 0;
   for (const auto& g : c.segs) {
     SegmentSpec s;

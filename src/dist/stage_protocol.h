@@ -2,7 +2,7 @@
 //   driver (last rank) → every worker, once per call: a StepCommand — load the stage, attach a
 //     KV pool, run a forward (the step's row plan: segments, their tokens, the aux indices, and
 //     the sequences to trim / release first: rollbacks and finished requests), or stop;
-//   stage s → stage s + 1, once per forward: ONE float message, the residual stream of every
+//   stage s → stage s + 1, once per forward, on the tag of the command's micro-batch group: ONE float message, the residual stream of every
 //     row [rows, hidden] then, for each aux index produced by stages ≤ s (aux order), the rows of
 //     the segments with taps [tap rows, hidden] — relayed on to the drafter on the last stage.
 // Encodings are int32 / float arrays in host byte order (one machine type across the job).
@@ -32,6 +32,7 @@ struct StepCommand {
   int32_t max_seqs = 0, slack = 0, block_slots = 0;
   int64_t n_blocks = 0;
   // kForward
+  int32_t group = 0;  // the micro-batch group (its activations travel on activation_tag(group))
   std::vector<SeqTrim> trims;
   struct Seg {
     int32_t seq = 0, n = 0, pos0 = 0;
@@ -42,6 +43,11 @@ struct StepCommand {
   std::vector<int32_t> aux;     // aux indices (empty: no taps)
   std::vector<int32_t> tokens;  // Σ segs[i].n, in segment order
 };
+
+// Micro-batch groups a pipeline may keep in flight (--pp-microbatches), and the tag each
+// group's activations travel on: the driver matches a result to its group by it.
+constexpr int32_t kMaxGroups = 64;
+constexpr int activation_tag(int32_t group) { return 100 + group; }
 
 std::vector<int32_t> encode_command(const StepCommand& c);
 // Checks every count and range (a malformed message is a dfl::Error, never a crash).

@@ -6,27 +6,9 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "model/decoder.h"
 
 namespace dfl {
-
-namespace {
-
-// The layer index of "...layers.<i>.<rest>" (the "layers." at the start or after a '.'), or -1.
-int32_t layer_index(const std::string& name) {
-  for (size_t k = name.find("layers."); k != std::string::npos; k = name.find("layers.", k + 1)) {
-    if (k > 0 && name[k - 1] != '.') continue;
-    size_t i = k + 7;
-    const size_t d0 = i;
-    int64_t v = 0;
-    while (i < name.size() && i - d0 < 7 && name[i] >= '0' && name[i] <= '9') v = v * 10 + (name[i++] - '0');
-    if (i > d0 && i < name.size() && name[i] == '.') return int32_t(v);
-  }
-  return -1;
-}
-
-bool is_mtp(const std::string& n) { return n.rfind("mtp.", 0) == 0 || n.find(".mtp.") != std::string::npos; }
-
-}  // namespace
 
 int64_t WeightBytes::total() const {
   int64_t t = embed + (tied ? 0 : lm_head) + other;
@@ -38,10 +20,10 @@ WeightBytes weight_bytes_of(const Checkpoint& ck, const ModelConfig& cfg) {
   WeightBytes w;
   w.layer.assign(size_t(cfg.n_layers), 0);
   for (const std::string& n : ck.names()) {
-    if (is_mtp(n)) continue;  // not loaded by the targets
+    if (is_mtp_tensor(n)) continue;  // not loaded
     const TensorInfo* t = ck.find(n);
     const int64_t b = int64_t(t->nbytes);
-    const int32_t il = layer_index(n);
+    const int32_t il = decoder_layer_of(n);
     if (il >= 0 && il < cfg.n_layers)
       w.layer[size_t(il)] += b;
     else if (n.find("embed_tokens.") != std::string::npos)

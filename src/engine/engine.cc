@@ -174,6 +174,7 @@ void Engine::Impl::build() {
   so.max_batch_tokens = opts.max_batch_tokens;
   so.prefill_chunk = chunk;
   so.default_block = opts.default_block_size;
+  so.groups = opts.microbatches;
   if (proposer && opts.calibrate) {
     // The step cost curve t(R) for auto draft lengths: one sequence's forward of R rows,
     // R = 1, 2, 4, ..., block, and on to the step budget (a batch of decoders costs about the

@@ -8,7 +8,8 @@
 //
 // One step = one batched target forward over ragged segments (prefill chunks of newly admitted
 // requests, verify blocks of speculating requests, single tokens of the others) + one batched
-// drafter pass for every speculating request. At temperature 0 every request's tokens are
+// drafter pass for every speculating request (with microbatches G > 1: of one group of requests,
+// up to G groups' forwards in flight; scheduler.h). At temperature 0 every request's tokens are
 // bit-identical to running it alone; at T > 0 with a seed, identical to running alone with that
 // seed (each request has its own RNG stream).
 #pragma once
@@ -45,7 +46,8 @@ struct EngineOptions {
   int32_t max_queue = 4096;         // waiting requests before submit refuses (kQueueFull)
   int32_t default_block_size = kBlockDefault;  // kBlockDefault = the drafter's, or kBlockAuto
   bool calibrate = true;            // measure the verify cost curve at start (for kBlockAuto)
-  bool default_enable_thinking = false;  // chat default (DFlash drafters train thinking-off)
+  bool default_enable_thinking = false;
+  int32_t microbatches = 1;         // scheduler groups kept in flight (SchedulerOptions::groups)  // chat default (DFlash drafters train thinking-off)
   // Bench and test hook: given the engine's proposer (null without a drafter), returns the one
   // to use instead (owned by the caller; it may wrap the real one), or nullptr to keep it.
   std::function<Proposer*(Proposer* real)> wrap_proposer;

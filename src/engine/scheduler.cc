@@ -51,6 +51,8 @@ struct Scheduler::Seq {
   Draft draft;
   std::vector<int32_t> seg_tokens;
   bool finished = false;
+  int32_t group = 0;               // micro-batch group (fixed from admission)
+  bool cancelled = false;          // cancelled while its group's forward was in flight
 
   int32_t s() const { return int32_t(tokens.size()) - 1; }  // anchor position while decoding
   // Where prefill stops: the whole prompt (fresh), or up to the anchor (after a preemption).
@@ -72,6 +74,8 @@ Scheduler::Scheduler(CausalLM& target, Proposer* proposer, const SchedulerOption
   DFL_CHECK(!target.kv().has_rings() || opts.prefill_chunk <= target.kv().slack(),
             "prefill chunk ", opts.prefill_chunk, " exceeds the ring slack ", target.kv().slack());
   for (int32_t i = opts.max_seqs - 1; i >= 0; --i) free_slots_.push_back(i);
+  DFL_CHECK(opts.groups >= 1 && opts.groups <= 64, "micro-batch groups must be in [1, 64], not ", opts.groups);
+  groups_.resize(size_t(opts.groups));
 }
 
 Scheduler::~Scheduler() = default;
@@ -170,6 +174,10 @@ void Scheduler::cancel(RequestId id) {
     }
   for (auto it = running_.begin(); it != running_.end(); ++it)
     if ((*it)->id == id) {
+      if (groups_[size_t((*it)->group)].in_flight) {  // finished when its forward ends
+        (*it)->cancelled = true;
+        return;
+      }
       std::unique_ptr<Seq> s = std::move(*it);
       running_.erase(it);
       finish(s.get(), FinishReason::kCancelled);
@@ -210,8 +218,10 @@ bool Scheduler::emit(Seq* s, const int32_t* toks, int32_t n, const float* logits
   return true;
 }
 
-void Scheduler::admit() {
+void Scheduler::admit(int32_t g) {
   KvPool& kv = target_.kv();
+  std::vector<int32_t> load(groups_.size(), 0);
+  for (auto& up : running_) ++load[size_t(up->group)];
   while (!waiting_.empty() && !free_slots_.empty()) {
     Seq* s = waiting_.front().get();
     const int32_t slot = free_slots_.back();
@@ -225,6 +235,12 @@ void Scheduler::admit() {
     }
     free_slots_.pop_back();
     s->slot = slot;
+    // The least-loaded group, the one being launched on a tie, then the lowest.
+    int32_t best = g;
+    for (int32_t h = 0; h < int32_t(load.size()); ++h)
+      if (load[size_t(h)] < load[size_t(best)]) best = h;
+    s->group = best;
+    ++load[size_t(best)];
     if (!s->scheduled_once) {
       s->scheduled_once = true;
       s->stats.queue_s = since(s->t_submit);
@@ -247,7 +263,7 @@ void Scheduler::preempt(Seq* v) {
 }
 
 // Plans this step's rows and makes room for them in both pools (preempting as needed).
-bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
+bool Scheduler::plan_and_reserve(int32_t grp, std::vector<Seq*>& batch) {
   for (;;) {
     batch.clear();
     int32_t rows = 0;
@@ -257,9 +273,10 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
     auto_seqs_.clear();
     auto_caps_.clear();
     int32_t n_decoding = 0;
-    for (auto& up : running_) n_decoding += up->decoding;
+    for (auto& up : running_) n_decoding += up->group == grp && up->decoding;
     for (auto& up : running_) {
       Seq* s = up.get();
+      if (s->group != grp) continue;
       s->seg = -1;
       if (!s->decoding) continue;
       int32_t nd = 0;
@@ -286,7 +303,7 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
     }
     for (auto& up : running_) {
       Seq* s = up.get();
-      if (s->decoding) continue;
+      if (s->group != grp || s->decoding) continue;
       const int32_t n = s->next_chunk_end(opts_.prefill_chunk) - s->computed;
       if (any_prefill && rows + n > opts_.max_batch_tokens) continue;
       any_prefill = true;
@@ -336,11 +353,20 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
       }
     }
     if (!short_of) return !batch.empty();
-    Seq* victim = running_.back().get();
-    if (running_.size() == 1) {
+    // The most recently admitted sequence whose group is not in flight (this group never is).
+    Seq* victim = nullptr;
+    size_t candidates = 0;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+      if (!groups_[size_t((*it)->group)].in_flight) {
+        if (!victim) victim = it->get();
+        ++candidates;
+      }
+    if (candidates == 1) {
+      // Other groups' forwards will free pages when they commit: wait for them.
+      if (!in_flight_.empty()) return false;
       // Alone and still out of pages: the budget cannot hold this sequence any longer.
       finish(victim, FinishReason::kLength);
-      running_.pop_back();
+      running_.erase(std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == victim; }));
       return false;
     }
     preempt(victim);
@@ -348,12 +374,31 @@ bool Scheduler::plan_and_reserve(std::vector<Seq*>& batch) {
 }
 
 bool Scheduler::step() {
-  admit();
-  if (running_.empty()) return false;
-  std::vector<Seq*>& batch = batch_;  // reused: no allocation per step once warm
-  if (!plan_and_reserve(batch)) return !idle();
+  if (groups_.size() == 1) {
+    const Launch l = launch(0);
+    if (l == Launch::kIdle) return false;
+    if (l == Launch::kNothing) return !idle();
+    complete(0);
+    return true;
+  }
+  // Every group not in flight starts its next step, then the oldest forward in flight ends
+  // (its group starts again at the next call, while the others' forwards are still under way).
+  for (int32_t g = 0; g < int32_t(groups_.size()); ++g)
+    if (!groups_[size_t(g)].in_flight && launch(g) == Launch::kBegun) in_flight_.push_back(g);
+  if (in_flight_.empty()) return !idle();
+  const int32_t g = in_flight_.front();
+  in_flight_.pop_front();
+  complete(g);
+  return true;
+}
+
+Scheduler::Launch Scheduler::launch(int32_t grp) {
+  admit(grp);
+  if (running_.empty()) return Launch::kIdle;
+  Group& G = groups_[size_t(grp)];
+  std::vector<Seq*>& batch = G.batch;  // reused: no allocation per step once warm
+  if (!plan_and_reserve(grp, batch)) return Launch::kNothing;
   ++steps_;
-  const int64_t V = vocab_;
   const int32_t chunk = opts_.prefill_chunk;
 
   // 4. One proposer pass: new context for every speculating sequence, drafts for the decoding.
@@ -361,7 +406,7 @@ bool Scheduler::step() {
     jobs_.clear();
     for (auto& up : running_) {
       Seq* s = up.get();
-      if (!s->spec) continue;
+      if (s->group != grp || !s->spec) continue;
       const bool drafts = s->decoding && s->n_draft > 0;
       if (!s->pending_n && !drafts) continue;
       ProposeJob j;
@@ -382,14 +427,17 @@ bool Scheduler::step() {
     if (!jobs_.empty()) proposer_->propose_batch(jobs_);
     const double draft_s = since(t_draft);
     for (auto& up : running_) {
+      if (up->group != grp) continue;
       if (up->spec && (up->pending_n || (up->decoding && up->n_draft))) up->stats.draft_s += draft_s;
       up->pending_n = 0;
     }
   }
 
-  // 5. One target forward over every segment.
-  fb_.segs.clear();
-  fb_.aux = proposer_ ? &proposer_->target_aux() : nullptr;
+  // 5. One target forward over every segment (begun here, ended in complete()).
+  ForwardBatch& fb = G.fb;
+  fb.segs.clear();
+  fb.group = grp;
+  fb.aux = proposer_ ? &proposer_->target_aux() : nullptr;
   for (Seq* s : batch) {
     SegmentSpec g;
     g.seq = s->slot;
@@ -407,18 +455,33 @@ bool Scheduler::step() {
     g.tokens = s->seg_tokens.data();
     g.n = int32_t(s->seg_tokens.size());
     g.taps = s->spec;
-    s->seg = int32_t(fb_.segs.size());
-    fb_.segs.push_back(g);
+    s->seg = int32_t(fb.segs.size());
+    fb.segs.push_back(g);
   }
-  const auto t_fwd = Clock::now();
-  target_.forward(fb_, bo_);
-  const double fwd_s = since(t_fwd);
-  const size_t row_w = fb_.aux ? fb_.aux->size() * size_t(hidden_) : 0;
+  G.t_fwd = Clock::now();
+  target_.forward_begin(fb);
+  G.in_flight = true;
+  return Launch::kBegun;
+}
+
+void Scheduler::complete(int32_t grp) {
+  Group& G = groups_[size_t(grp)];
+  const ForwardBatch& fb = G.fb;
+  BatchOut& bo = G.bo;
+  target_.forward_end(fb, bo);
+  G.in_flight = false;
+  const double fwd_s = since(G.t_fwd);
+  const int64_t V = vocab_;
+  const size_t row_w = fb.aux ? fb.aux->size() * size_t(hidden_) : 0;
 
   // 6. Verify, commit, roll back, report.
-  for (Seq* s : batch) {
-    const SegmentSpec& g = fb_.segs[size_t(s->seg)];
-    const float* taps = row_w ? bo_.aux_of(size_t(s->seg), int64_t(row_w)) : nullptr;
+  for (Seq* s : G.batch) {
+    if (s->cancelled) {
+      finish(s, FinishReason::kCancelled);
+      continue;
+    }
+    const SegmentSpec& g = fb.segs[size_t(s->seg)];
+    const float* taps = row_w ? bo.aux_of(size_t(s->seg), int64_t(row_w)) : nullptr;
     auto keep_taps = [&](int32_t n, int32_t pos0) {
       if (!s->spec) return;
       if (!s->pending_n) s->pending_pos0 = pos0;
@@ -432,12 +495,12 @@ bool Scheduler::step() {
       if (s->computed < s->prefill_end()) continue;
       s->decoding = true;
       if (s->generated) continue;  // resumed after a preemption: the anchor is known
-      const int32_t tok = sample_token(bo_.logits_of(size_t(s->seg), V), V, s->req.sampling,
+      const int32_t tok = sample_token(bo.logits_of(size_t(s->seg), V), V, s->req.sampling,
                                        s->rng, scratch_);
-      emit(s, &tok, 1, bo_.logits_of(size_t(s->seg), V));
+      emit(s, &tok, 1, bo.logits_of(size_t(s->seg), V));
       continue;
     }
-    const float* logits = bo_.logits_of(size_t(s->seg), V);
+    const float* logits = bo.logits_of(size_t(s->seg), V);
     const int32_t nd = int32_t(s->draft.tokens.size());
     const int32_t s0 = s->s();
     ++s->stats.target_passes;
@@ -476,7 +539,6 @@ bool Scheduler::step() {
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](auto& p) { return p->finished; }),
                  running_.end());
-  return true;
 }
 
 }  // namespace dfl

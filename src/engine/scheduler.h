@@ -20,12 +20,16 @@
 //   6. per sequence: verify (greedy prefix or rejection sampling with its own RNG), commit,
 //      truncate its KV to the accepted prefix, report tokens; finish on stop ids, max tokens,
 //      the context limit or a callback asking to stop; free its slot.
+// With SchedulerOptions::groups = G > 1 these steps run per micro-batch group (its sequences
+// only), and step() begins every group not in flight (1-5, ending in forward_begin), then ends
+// the oldest one in flight (forward_end, 6): up to G target forwards are under way at once.
 // At T = 0 a sequence's tokens are bit-identical to running it alone (all ops are row-invariant
 // and its prefill cuts are fixed); at T > 0 with a seed, identical to running alone with that
 // seed for a fixed block size (auto block sizes follow measured timings, so their draft lengths —
 // and with them the RNG draws — may differ from run to run; T = 0 output never does).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -75,6 +79,12 @@ struct SchedulerOptions {
   // are chosen from it per step with the whole batch in view (choose_batch_draft_lengths).
   std::vector<double> verify_cost;
   std::vector<double> draft_cost;  // the proposer pass over total drafter rows (measure_draft_curve)
+  // Micro-batch groups (pipeline parallelism, docs/DISTRIBUTED.md): the running sequences are
+  // dealt into this many groups at admission (least-loaded group) and stay there; each group is
+  // planned, forwarded, verified and committed on its own, and up to `groups` forwards are in
+  // flight at once (CausalLM::forward_begin / forward_end), so pipeline stages overlap. A group's
+  // next step is planned only after its previous one was committed. 1 = one step at a time.
+  int32_t groups = 1;
 };
 
 class Scheduler {
@@ -97,9 +107,21 @@ class Scheduler {
 
  private:
   struct Seq;
-  bool plan_and_reserve(std::vector<Seq*>& batch);
+  // One micro-batch group's step buffers (reused) and whether its forward is in flight.
+  struct Group {
+    std::vector<Seq*> batch;  // the step's sequences, in segment order
+    ForwardBatch fb;
+    BatchOut bo;
+    bool in_flight = false;
+    std::chrono::steady_clock::time_point t_fwd;
+  };
+  enum class Launch { kIdle, kNothing, kBegun };
+  // Steps 1-5 for group g up to the forward's start; complete(g): the forward's end and step 6.
+  Launch launch(int32_t g);
+  void complete(int32_t g);
+  bool plan_and_reserve(int32_t g, std::vector<Seq*>& batch);
   void preempt(Seq* victim);
-  void admit();
+  void admit(int32_t g);
   void finish(Seq* s, FinishReason why);
   bool emit(Seq* s, const int32_t* toks, int32_t n, const float* logits);
   void release_slot(Seq* s);
@@ -113,12 +135,11 @@ class Scheduler {
   std::vector<std::unique_ptr<Seq>> running_;   // admission order
   std::vector<int32_t> free_slots_;
   int64_t steps_ = 0, preemptions_ = 0;
+  std::vector<Group> groups_;
+  std::deque<int32_t> in_flight_;  // groups whose forward was begun, oldest first
   // Per-step buffers (reused).
-  ForwardBatch fb_;
-  BatchOut bo_;
   std::vector<ProposeJob> jobs_;
   std::vector<float> scratch_;
-  std::vector<Seq*> batch_;     // this step's sequences, in segment order
   std::vector<Seq*> auto_seqs_;  // per-step scratch of plan_and_reserve
   std::vector<int32_t> auto_caps_, auto_len_;
   std::vector<const BlockPolicy*> auto_pol_;

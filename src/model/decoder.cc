@@ -29,8 +29,12 @@ void DecoderLM::set_stage(const StageRange& r) {
   end_ = end;
 }
 
-// The layer index of an HF-style tensor name ("...layers.<i>.<rest>"), or -1.
-static int32_t layer_of_tensor(const std::string& name) {
+bool is_mtp_tensor(const std::string& name) {
+  return name.rfind("mtp.", 0) == 0 || name.find(".mtp.") != std::string::npos;
+}
+
+int32_t decoder_layer_of(const std::string& name) {
+  if (is_mtp_tensor(name)) return -1;
   for (size_t k = name.find("layers."); k != std::string::npos; k = name.find("layers.", k + 1)) {
     if (k > 0 && name[k - 1] != '.') continue;
     size_t i = k + 7;
@@ -48,9 +52,7 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
   std::vector<std::string> ignore = ignore_in;
   if (begin_ > 0 || end_ < cfg_.n_layers)  // another stage's layers: left unread on purpose
     for (const std::string& n : ck_.names())
-      if (const int32_t il = layer_of_tensor(n); il >= 0 && (il < begin_ || il >= end_) &&
-                                                  n.rfind("mtp.", 0) != 0 && n.find(".mtp.") == std::string::npos)
-        ignore.push_back(n);
+      if (const int32_t il = decoder_layer_of(n); il >= 0 && (il < begin_ || il >= end_)) ignore.push_back(n);
   std::vector<std::pair<RopeSpec, float>> keys;
   for (int32_t il = 0; il < cfg_.n_layers; ++il) {
     AttnWeights& a = layers_[il].attn;

@@ -31,6 +31,11 @@ namespace dfl {
 // The checkpoint a config was read from: its safetensors folder, or its GGUF file with the
 // family's tensor names mapped to the HF ones.
 std::unique_ptr<Checkpoint> open_checkpoint(const ModelConfig& cfg);
+// The decoder layer an HF-style tensor name belongs to ("...layers.<i>.<rest>", the "layers."
+// at the start or after a '.'), or -1 (embedding, head, MTP layers "mtp." / ".mtp.", ...).
+int32_t decoder_layer_of(const std::string& tensor_name);
+// A tensor of a multi-token-prediction head ("mtp." / ".mtp."): no target loads them.
+bool is_mtp_tensor(const std::string& tensor_name);
 
 class DecoderLM : public CausalLM {
  public:

@@ -38,6 +38,7 @@ struct SegmentSpec {
 struct ForwardBatch {
   std::vector<SegmentSpec> segs;
   const std::vector<int32_t>* aux = nullptr;  // aux indices to capture, in output order
+  int32_t group = 0;  // the scheduler's micro-batch group (a pipeline tags its messages with it)
 };
 
 struct BatchOut {
@@ -122,6 +123,13 @@ class CausalLM {
   // Runs a batched forward (see file comment). Makes room in the pool for every segment
   // (dfl::Error when the pool is out of pages or a sequence would overflow the context).
   virtual void forward(const ForwardBatch& batch, BatchOut& out) = 0;
+  // The same pass split in two, so a pipeline can keep several in flight (micro-batches across
+  // requests, docs/DISTRIBUTED.md): forward_begin starts it (the batch and what it points to
+  // must stay unchanged until its forward_end), forward_end finishes the OLDEST begun pass, which
+  // must be `batch`. Passes end in the order they began; their segments are disjoint sequences.
+  // Without a pipeline, begin does nothing and end is forward().
+  virtual void forward_begin(const ForwardBatch& batch) { (void)batch; }
+  virtual void forward_end(const ForwardBatch& batch, BatchOut& out) { forward(batch, out); }
   // One sequence (any length: split into ring-safe chunks when the model has sliding layers).
   void forward(const ForwardArgs& args, ForwardOut& out);
   // Embedding rows (scaled as the family's forward does): out [n, hidden].

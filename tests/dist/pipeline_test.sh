@@ -2,7 +2,8 @@
 # Pipeline parallel over MPI (docs/DISTRIBUTED.md): `mpirun --oversubscribe -np N dflash run
 # --pipeline-parallel N` must print exactly the tokens of the single-process run, for target-only
 # and DFlash runs (every drafter style in tests/fixtures), greedy and seeded sampling, one request
-# and a batch (ragged segments, chunked prefill), on 2 and 3 ranks.
+# and a batch (ragged segments, chunked prefill), on 2 and 3 ranks; with several concurrent
+# requests also under micro-batching (--pp-microbatches 1, 2, N: up to G forwards in flight).
 # Usage: pipeline_test.sh BUILD_DIR   (exit 77 = skipped: no mpirun or a build without MPI)
 set -u
 B=${1:?build dir}
@@ -50,6 +51,19 @@ PY
   echo "ok   $name (np $np)"
 }
 
+cat > "$T/batch4.jsonl" <<EOF2
+{"id": "a", "prompt_ids": [$PROMPT], "max_tokens": 20}
+{"id": "b", "prompt_ids": [5, 6, 7], "max_tokens": 28}
+{"id": "c", "prompt_ids": [9, 8, 7, 6, 5, 4, 3], "max_tokens": 12, "temperature": 0.8, "seed": 7}
+{"id": "d", "prompt_ids": [2, 4, 6, 8, 10], "max_tokens": 17, "temperature": 0.9, "seed": 3}
+{"id": "e", "prompt_ids": [11, 12], "max_tokens": 9}
+EOF2
+# inflight NAME NP G: the last run kept G forwards in flight (its [pp] summary says so)
+inflight() {
+  if grep -q "^\[pp\] $2 stages.* at most $3 in flight" "$T/pp.err"; then echo "ok   $1: $3 forwards in flight"
+  else echo "FAIL $1: not $3 forwards in flight: $(grep '^\[pp\] [0-9]* stages' "$T/pp.err")"; fail=1; fi
+}
+
 cat > "$T/batch.jsonl" <<EOF2
 {"id": "a", "prompt_ids": [$PROMPT], "max_tokens": 20}
 {"id": "b", "prompt_ids": [5, 6, 7], "max_tokens": 28}
@@ -79,6 +93,14 @@ for np in 2 3; do
   check "default DFlash T=0.9 seed"    $np $DEF/target $DEF/draft --prompt-ids 1,2,3,4 --json --temperature 0.9 --seed 11
   check "default target-only T=1 seed" $np $DEF/target - --prompt-ids 1,2,3,4 --json --temperature 1 --seed 3
   check "default DFlash batch of 3"    $np $DEF/target $DEF/draft --batch "$T/batch.jsonl" --max-seqs 3 --max-batch-tokens 16
+  # micro-batching across requests: groups of concurrent requests in flight at once
+  check "DFlash 5 requests, 2 micro-batches" $np $DEF/target $DEF/draft --batch "$T/batch4.jsonl" --max-seqs 5 --max-batch-tokens 16 --trace --pp-microbatches 2
+  inflight "DFlash 5 requests, 2 micro-batches (np $np)" $np 2
+  check "target-only 5 requests, $np micro-batches" $np $DEF/target - --batch "$T/batch4.jsonl" --max-seqs 5 --pp-microbatches $np
+  inflight "target-only 5 requests, $np micro-batches (np $np)" $np $np
+  check "DFlash 5 requests, one step at a time" $np $DEF/target $DEF/draft --batch "$T/batch4.jsonl" --max-seqs 5 --trace --pp-microbatches 1
+  inflight "DFlash 5 requests, --pp-microbatches 1 (np $np)" $np 1
+  check "DFlash 5 requests, 2 micro-batches, tight KV (preemption)" $np $DEF/target $DEF/draft --batch "$T/batch4.jsonl" --max-seqs 5 --trace --pp-microbatches 2 --kv-memory 200000
   check "zlab_full (sharded) DFlash"   $np tests/fixtures/qwen3/sharded tests/fixtures/dflash/zlab_full/draft --prompt-ids "$PROMPT" --json --trace
   check "mimo_style (sharded) DFlash"  $np tests/fixtures/qwen3/sharded tests/fixtures/dflash/mimo_style/draft --prompt-ids "$PROMPT" --json --trace
   check "MiMo flash_split + drafter"   $np tests/fixtures/mimo/flash_split tests/fixtures/mimo/dflash/draft --prompt-ids "$PROMPT" --json --trace

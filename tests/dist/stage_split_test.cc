@@ -91,6 +91,7 @@ TEST(StageProtocol, RoundTripAndRefusals) {
   c.segs = {{1, 2, 17, LogitsMode::kAll, true}, {0, 1, 5, LogitsMode::kLast, false}};
   c.aux = {1, 3};
   c.tokens = {7, 8, 9};
+  c.group = 5;
   const std::vector<int32_t> m = dist::encode_command(c);
   const auto* bytes = reinterpret_cast<const uint8_t*>(m.data());
   const StepCommand d = dist::decode_command(bytes, m.size() * 4);
@@ -101,6 +102,8 @@ TEST(StageProtocol, RoundTripAndRefusals) {
   EXPECT_TRUE(d.segs[0].taps);
   EXPECT_EQ(d.tokens, c.tokens);
   EXPECT_EQ(d.aux, c.aux);
+  EXPECT_EQ(d.group, 5);
+  EXPECT_EQ(dist::batch_of(d).group, 5);
   StepCommand a;
   a.op = StageOp::kAttachKv;
   a.n_blocks = (int64_t(1) << 40) + 5;
@@ -118,6 +121,11 @@ TEST(StageProtocol, RoundTripAndRefusals) {
   bad = m;
   bad[bad.size() - 4] = 2;  // tokens count 3 → 2
   EXPECT_THROW(dist::decode_command(reinterpret_cast<const uint8_t*>(bad.data()), bad.size() * 4), Error);
+  for (int32_t g : {-1, dist::kMaxGroups}) {  // the micro-batch group out of range
+    bad = m;
+    bad[2] = g;
+    EXPECT_THROW(dist::decode_command(reinterpret_cast<const uint8_t*>(bad.data()), bad.size() * 4), Error);
+  }
 }
 
 // Stages [0,1) [1,3) [3,4) of the default target, chained here through pack/unpack, against the

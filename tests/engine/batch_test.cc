@@ -204,6 +204,64 @@ TEST(Batch, PreemptionUnderATinyKvBudgetChangesNothing) {
   }
 }
 
+// Micro-batch groups (SchedulerOptions::groups, what --pp-microbatches sets under a pipeline):
+// here the forwards are not split (begin does nothing, end runs forward), but the scheduler keeps
+// its groups, their in-flight state, the preemption and cancel rules: outputs must not change.
+TEST(Batch, MicroBatchGroupsChangeNothing) {
+  for (const Family& f : families()) {
+    if (f.name != "zlab_full" && f.name != "default" && f.name != "qwen35_flat" && f.name != "mimo_flash_split")
+      continue;
+    Engine solo_engine(options(f, 1, 0));
+    const ModelInfo& info = solo_engine.info();
+    auto reqs = random_requests(20, info.vocab_size, info.has_drafter,
+                                std::max(1, info.drafter_block_size), 77);
+    for (auto& r : reqs)
+      if (r.block_size == kBlockAuto) r.block_size = kBlockDefault;
+    const auto solo = run_solo(solo_engine, reqs);
+    for (int32_t groups : {2, 3}) {
+      EngineOptions o = options(f, 6, 0);
+      o.microbatches = groups;
+      Engine grouped(o);
+      expect_identical(solo, run_mixed(grouped, reqs, 9 + groups), reqs, f.name + " groups " + std::to_string(groups));
+      EXPECT_EQ(grouped.metrics().kv_blocks_used, 0) << f.name;
+      o.kv_memory_bytes = budget_for_pages(f, 12, 6);
+      Engine tight(o);
+      expect_identical(solo, run_mixed(tight, reqs, 5), reqs, f.name + " tight, groups " + std::to_string(groups));
+      EXPECT_EQ(tight.metrics().kv_blocks_used, 0) << f.name;
+      std::printf("[batch] %-18s %d groups: identical (tight KV: %lld preemptions)\n", f.name.c_str(), groups,
+                  (long long)tight.metrics().preemptions_total);
+    }
+  }
+}
+
+// A cancel of a sequence whose group's forward is in flight lands when that forward ends.
+TEST(Batch, CancelInAMicroBatchInFlight) {
+  EngineOptions o = options(families()[0], 4, 0);
+  o.microbatches = 2;
+  Engine e(o);
+  std::vector<Outcome> out(4);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 4; ++i) {
+    Request r;
+    r.prompt.ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    r.max_tokens = 200;
+    r.ignore_eos = true;
+    ids.push_back(e.submit(recorded(r, &out[size_t(i)])));
+  }
+  for (int s = 0; s < 5; ++s) e.step();
+  for (RequestId id : ids) e.cancel(id);
+  // One group's forward is in flight between steps: its two sequences finish when it ends.
+  EXPECT_EQ(e.metrics().running, 2);
+  EXPECT_FALSE(out[0].done && out[1].done && out[2].done && out[3].done);
+  for (int s = 0; s < 4 && !e.idle(); ++s) e.step();
+  EXPECT_TRUE(e.idle());
+  EXPECT_EQ(e.metrics().kv_blocks_used, 0);
+  for (const auto& o2 : out) {
+    EXPECT_TRUE(o2.done);
+    EXPECT_EQ(o2.reason, FinishReason::kCancelled);
+  }
+}
+
 TEST(Batch, CancelFreesEverythingWithinOneStep) {
   const Family f = families()[0];
   Engine e(options(f, 4, 0));

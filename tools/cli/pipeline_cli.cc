@@ -13,6 +13,7 @@ struct Setup {
   dist::Communicator* comm = nullptr;
   std::vector<StageRange> stages;
   double timeout_s = 120;
+  int32_t microbatches = 1;
 };
 
 // The job's communicator and stage plan (computed once; every rank gets the same plan).
@@ -34,6 +35,9 @@ const Setup* pipeline_setup(const Args& args) {
   if (args.has("--window-edge")) co.window_edge = cfg::parse_window_edge(args.str("--window-edge"), "--window-edge");
   s.stages = dist::plan_stages(args.str("--model"), co, po);
   s.timeout_s = po.timeout_s;
+  s.microbatches = int32_t(args.integer("--pp-microbatches", po.n_stages));
+  DFL_CHECK(s.microbatches >= 1 && s.microbatches <= dist::kMaxGroups, "--pp-microbatches must be in [1, ",
+            dist::kMaxGroups, "]");
   s.comm = &c;
   return &s;
 }
@@ -45,6 +49,8 @@ const std::vector<FlagSpec>& pipeline_flags() {
       {"--pipeline-parallel", "N", "split the target's layers over the N ranks of `mpirun -np N` "
                                    "(the last rank runs the engine, the drafter and the output)"},
       {"--pp-layers", "A,B,...", "with --pipeline-parallel: layers per stage (default: split by weight bytes)"},
+      {"--pp-microbatches", "G", "with --pipeline-parallel: micro-batch groups of concurrent requests kept "
+                                 "in flight so the stages overlap (default: the number of stages; 1 = one step at a time)"},
       {"--pp-timeout", "S", "with --pipeline-parallel: longest wait for another rank in a step "
                             "before the job ends with an error (default 120 s)"},
   };
@@ -74,6 +80,7 @@ void add_pipeline_target(const Args& args, EngineOptions& eo) {
   const Setup* s = pipeline_setup(args);
   if (!s) return;
   eo.load_target = dist::pipeline_loader(s->stages, *s->comm, s->timeout_s);
+  eo.microbatches = s->microbatches;
 }
 
 }  // namespace dfl::cli
