@@ -23,9 +23,10 @@ struct PairDef {
 
 std::vector<PairDef> all_pairs() {
   std::vector<PairDef> v;
-  // speculators_d2t: reduced-vocabulary drafter (own lm_head, d2t map back to target ids).
+  // speculators_d2t: reduced-vocabulary drafter (own lm_head, d2t map back to target ids);
+  // speculators_d2t_qwen35: the same dialect on the Qwen3.5 hybrid target, block 16.
   for (const char* n : {"zlab_full", "mimo_style", "mixed_swa", "dflash2_noncausal", "gemma4_mixed",
-                        "speculators_d2t"}) {
+                        "speculators_d2t", "speculators_d2t_qwen35"}) {
     const auto meta = test::read_json(test::fixture(std::string("dflash/") + n + "/meta.json"));
     v.push_back({n, test::repo_root() + "/" + meta.at("target").get<std::string>(),
                  test::fixture(std::string("dflash/") + n + "/draft")});

@@ -1,6 +1,7 @@
 // Reduced-vocabulary drafters (speculators `draft_vocab_size` < vocab, own lm_head + d2t/t2d)
 // against the PyPI `speculators` 0.9.0 package's own forward (tools/ref/make_speculators_fixtures.py,
-// tests/fixtures/dflash/speculators_d2t): the speculators-dialect folder as the package saved it and
+// tests/fixtures/dflash/speculators_d2t on the Qwen3 target, speculators_d2t_qwen35 on the Qwen3.5
+// hybrid target with block 16): the speculators-dialect folder as the package saved it and
 // the same drafter in the z-lab layout (draft_vocab_size + d2t, no t2d). Block logits ≤ 1e-4 over
 // the draft vocabulary, draft ids identical, mapped to target ids by target = draft + d2t[draft];
 // the proposer's drafts and its sparse q; refusal of inconsistent maps.
@@ -26,10 +27,12 @@ using test::max_abs_diff;
 
 constexpr double kTol = 1e-4;
 
-std::string fixture_dir() { return test::fixture("dflash/speculators_d2t"); }
+std::string fixture_dir(const std::string& name = "speculators_d2t") { return test::fixture("dflash/" + name); }
 
 struct Loaded {
-  nlohmann::json meta = test::read_json(fixture_dir() + "/meta.json");
+  explicit Loaded(const std::string& name = "speculators_d2t") : dir(fixture_dir(name)) {}
+  std::string dir;
+  nlohmann::json meta = test::read_json(dir + "/meta.json");
   std::unique_ptr<ThreadPool> pool = test::make_pool();
   std::unique_ptr<CausalLM> target =
       load_causal_lm(test::repo_root() + "/" + meta.at("target").get<std::string>(), LoadOptions{}, *pool);
@@ -38,16 +41,19 @@ struct Loaded {
   }
 };
 
-class SpeculatorsD2t : public ::testing::TestWithParam<std::string> {};
+// (fixture, layout)
+class SpeculatorsD2t : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(SpeculatorsD2t, TwoCyclesMatchThePackage) {
-  Loaded s;
-  Golden g(fixture_dir() + "/golden.safetensors");
-  auto d = s.load(fixture_dir() + "/" + GetParam());
+  const auto& [fixture, layout] = GetParam();
+  Loaded s(fixture);
+  Golden g(s.dir + "/golden.safetensors");
+  auto d = s.load(s.dir + "/" + layout);
   const int32_t Vd = s.meta.at("draft_vocab_size").get<int32_t>();
   const int32_t V = s.target->config().vocab_size, H = d->config().hidden_size;
-  EXPECT_EQ(d->dflash().dialect, GetParam() == "draft" ? "speculators" : "z-lab");
+  EXPECT_EQ(d->dflash().dialect, layout == "draft" ? "speculators" : "z-lab");
   EXPECT_EQ(d->dflash().draft_vocab_size, Vd);
+  EXPECT_EQ(d->dflash().block_size, s.meta.at("block_size").get<int32_t>());
   ASSERT_TRUE(d->own_head());
   ASSERT_EQ(d->out_vocab(), Vd);
   // target = draft + d2t[draft]
@@ -94,12 +100,17 @@ TEST_P(SpeculatorsD2t, TwoCyclesMatchThePackage) {
   const double e2 = max_abs_diff(l2, g.f32("cycle2_block_logits"));
   EXPECT_LE(e2, kTol);
   EXPECT_EQ(mapped(l2, B - 1), g.i32("cycle2_draft_target_ids"));
-  std::printf("[speculators_d2t/%s] draft vocab %d of %d: cycle1 max|Δlogits| %.3g, cycle2 %.3g "
+  std::printf("[%s/%s] draft vocab %d of %d: cycle1 max|Δlogits| %.3g, cycle2 %.3g "
               "(tol %.0e); target head at mapped ids differs by %.3g\n",
-              GetParam().c_str(), Vd, V, e1, e2, kTol, max_abs_diff(gathered, g.f32("block_logits")));
+              fixture.c_str(), layout.c_str(), Vd, V, e1, e2, kTol, max_abs_diff(gathered, g.f32("block_logits")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, SpeculatorsD2t, ::testing::Values("draft", "draft_zlab"));
+INSTANTIATE_TEST_SUITE_P(Layouts, SpeculatorsD2t,
+                         ::testing::Combine(::testing::Values("speculators_d2t", "speculators_d2t_qwen35"),
+                                            ::testing::Values("draft", "draft_zlab")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
 // The proposer: greedy drafts are the mapped argmax; at T > 0 q lives on the mapped ids only
 // (zero elsewhere, sums to 1) and each draft is one of them with q > 0.

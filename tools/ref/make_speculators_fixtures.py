@@ -13,8 +13,11 @@ inference draft step. Drafts are mapped back with target = draft + d2t[draft].
 Also written: the same drafter in the z-lab layout (config.json with `draft_vocab_size`,
 model.safetensors with lm_head.weight and d2t only, no t2d), which must draft identically.
 
-Writes tests/fixtures/dflash/speculators_d2t/{draft,draft_zlab}/, golden.safetensors, meta.json.
-Needs the tiny Qwen3 target fixtures (make_qwen3_fixtures.py).
+Writes, per CONFIGS entry, tests/fixtures/dflash/<name>/{draft,draft_zlab}/, golden.safetensors,
+meta.json: speculators_d2t for the tiny Qwen3 target qwen3/tied_gqa2 (hidden 64, block 8) and
+speculators_d2t_qwen35 for the tiny Qwen3.5 hybrid qwen35/flat_untied (hidden 48, 4 layers, taps
+[1, 3], block 16). Needs those target fixtures (make_qwen3_fixtures.py, make_qwen35_fixtures.py).
+Names on the command line pick entries (default: all).
 
 Run from the repo root with a Python where `speculators` imports, e.g.
   python3 -m venv /tmp/venv-spec
@@ -38,18 +41,35 @@ import torch  # noqa: E402
 
 import fixture_common as fc  # noqa: E402
 
-TARGET = "tied_gqa2"
-TAPS = [0, 1]          # z-lab ids (target layer outputs); aux ids = +1
-BLOCK = 8
+# One entry per target: output folder (under tests/fixtures/dflash) -> the target fixture, its
+# transformers class, the z-lab tap ids (target layer outputs; aux ids = +1), block size, seed.
+CONFIGS = {
+    "speculators_d2t": {"target": "qwen3/tied_gqa2", "arch": "Qwen3ForCausalLM", "taps": [0, 1],
+                        "block": 8, "seed": 12001},
+    # Qwen3.5 hybrid (Gated DeltaNet + gated attention, hidden 48, 4 layers): block 16.
+    "speculators_d2t_qwen35": {"target": "qwen35/flat_untied", "arch": "Qwen3_5ForCausalLM",
+                               "taps": [1, 3], "block": 16, "seed": 12101},
+}
+TARGET = TAPS = BLOCK = SEED = None  # set per entry by use_config()
 DRAFT_VOCAB = 96       # of the target's 512
 A2 = 2                 # tokens "accepted" in cycle 1
-SEED = 12001
 MIN_GAP = 5e-3
 
 
+def use_config(name: str) -> None:
+    global TARGET, TAPS, BLOCK, SEED
+    c = CONFIGS[name]
+    TARGET, TAPS, BLOCK, SEED = c["target"], c["taps"], c["block"], c["seed"]
+
+
+def target_arch() -> str:
+    return next(c["arch"] for c in CONFIGS.values() if c["target"] == TARGET)
+
+
 def load_target(path: Path):
-    from transformers import Qwen3ForCausalLM
-    m = Qwen3ForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="eager")
+    import transformers
+    cls = getattr(transformers, target_arch())
+    m = cls.from_pretrained(str(path), dtype=torch.float32, attn_implementation="eager")
     return m.eval()
 
 
@@ -88,8 +108,8 @@ def build_speculator(target, tdir: Path, token_freq: dict[int, int], mask_id: in
             algorithm="dflash",
             proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=BLOCK - 1)],
             default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path=f"tests/fixtures/qwen3/{TARGET}",
-                                    architectures=["Qwen3ForCausalLM"])))
+            verifier=VerifierConfig(name_or_path=f"tests/fixtures/{TARGET}",
+                                    architectures=[target_arch()])))
     model = DFlashDraftModel(cfg).eval()
     d2t, t2d = build_vocab_mappings_from_distribution(token_freq, DRAFT_VOCAB, tc.vocab_size)
     model.load_vocab_mappings(t2d, d2t)
@@ -128,13 +148,14 @@ def package_draft(model, taps_ctx: torch.Tensor, ids_ctx: torch.Tensor, anchor: 
     return logits[0].float()
 
 
-def main() -> None:
+def make(name: str) -> None:
+    use_config(name)
     fc.setup_determinism()
     import importlib.metadata as md
     from safetensors.torch import load_file
     tok = fc.build_tokenizer()
     mask_id = fc.token_ids(tok)["<|MASK|>"]
-    tdir = fc.FIXTURES / "qwen3" / TARGET
+    tdir = fc.FIXTURES / TARGET
     target = load_target(tdir)
     tg = load_file(str(tdir / "golden.safetensors"))
     prompt, greedy = tg["prompt_ids"].long(), tg["greedy_ids"].long()
@@ -152,7 +173,7 @@ def main() -> None:
         freq.update(tok.encode(line).ids)
     freq.update({int(t): 1000 for t in greedy.tolist()})
 
-    folder = fc.fresh_dir(fc.FIXTURES / "dflash" / "speculators_d2t")
+    folder = fc.fresh_dir(fc.FIXTURES / "dflash" / name)
     ddir = folder / "draft"
     seed = SEED
     for _ in range(50):
@@ -182,7 +203,8 @@ def main() -> None:
     zdir = folder / "draft_zlab"
     zdir.mkdir()
     zcfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "attention_bias": False,
-            "head_dim": 16, "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 64,
+            "head_dim": 16, "hidden_act": "silu", "hidden_size": int(target.config.hidden_size),
+            "intermediate_size": 64,
             "max_position_embeddings": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
             "num_hidden_layers": 2, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
             "tie_word_embeddings": False, "vocab_size": 512, "block_size": BLOCK,
@@ -211,7 +233,7 @@ def main() -> None:
     # How far the drafter's own head is from the target head on the same rows (a C++ that used
     # the target's lm_head could not match).
     meta = {
-        "target": f"tests/fixtures/qwen3/{TARGET}", "draft": "draft", "draft_zlab": "draft_zlab",
+        "target": f"tests/fixtures/{TARGET}", "draft": "draft", "draft_zlab": "draft_zlab",
         "golden_reference": f"speculators {md.version('speculators')} DFlashDraftModel._backbone_forward "
                             f"(eager attention; torch {torch.__version__}, transformers "
                             f"{md.version('transformers')})",
@@ -226,9 +248,18 @@ def main() -> None:
                           for k, v in sorted(saved.items())},
     }
     fc.write_json(folder / "meta.json", meta)
-    print(f"dflash/speculators_d2t: seed {seed}, gap {float(gaps.min()):.3e}, drafts "
+    print(f"dflash/{name}: seed {seed}, gap {float(gaps.min()):.3e}, drafts "
           f"{golden['draft_target_ids'].tolist()} / {golden['cycle2_draft_target_ids'].tolist()}, "
           f"{fc.dir_size(folder) / 1024:.0f} KiB")
+
+
+def main() -> None:
+    names = sys.argv[1:] or list(CONFIGS)
+    for name in names:
+        if name not in CONFIGS:
+            raise SystemExit(f"unknown fixture {name!r}; choose from {list(CONFIGS)}")
+    for name in names:
+        make(name)
 
 
 if __name__ == "__main__":
