@@ -83,8 +83,8 @@ class DFlashDraftModel {
   int64_t out_vocab() const;
   const std::vector<int32_t>& draft_to_target() const { return draft_to_target_; }
 
-  // Runs the jobs (file comment). logits: for each job with a block, its rows 1..n_block−1 in job
-  // order → [Σ (n_block − 1), out_vocab()] (draft ids when own_head()). `hidden` (optional): the final-normed rows of every block
+  // Runs the jobs (file comment). logits: for each job with a block, its rows 1..n_block−1 (rows
+  // 0..n_block−2 for a sample_from_anchor drafter: row j predicts s + j + 1) in job order → [Σ (n_block − 1), out_vocab()] (draft ids when own_head()). `hidden` (optional): the final-normed rows of every block
   // [Σ n_block, H]. Throws dfl::Error when the pool is out of pages.
   void run(const std::vector<DraftJob>& jobs, CausalLM& target, std::vector<float>& logits,
            std::vector<float>* hidden = nullptr);

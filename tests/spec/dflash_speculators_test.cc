@@ -15,6 +15,7 @@
 #include "common/golden.h"
 #include "common/models.h"
 #include "core/error.h"
+#include "engine/generator.h"
 #include "model/dflash_draft.h"
 #include "model/model.h"
 #include "spec/dflash_proposer.h"
@@ -214,6 +215,53 @@ TEST(SpeculatorsD2tRefusals, InconsistentMapsAreClearErrors) {
     PatchedDraft p(fixture_dir() + "/draft_zlab");
     p.rename("lm_head.weight", "lm_hexd.weight");
     expect_error(p.write(), "needs its own head");
+  }
+}
+
+// sample_from_anchor (speculators' DSpark-style flag): block slot k predicts position p + k + 1, so
+// the drafts are block rows 0..B−2 instead of 1..B−1 — the same forward, selected one row earlier
+// (the forward itself is the package-checked one above). The flagged copy of the package's
+// folder: its logits rows are the plain drafter's shifted by one, row 0 is the anchor slot's own
+// prediction (the drafter's head on hidden row 0), and speculative decoding stays lossless.
+TEST(SpeculatorsSampleFromAnchor, DraftsComeFromTheAnchorSlotOn) {
+  Loaded s;
+  Golden g(s.dir + "/golden.safetensors");
+  test::TempDir tmp("sfa");
+  std::filesystem::copy(s.dir + "/draft", tmp.str(), std::filesystem::copy_options::recursive);
+  nlohmann::json cfg = test::read_json(tmp.file("config.json"));
+  cfg["sample_from_anchor"] = true;
+  std::ofstream(tmp.file("config.json")) << cfg.dump(2);
+  auto plain = s.load(s.dir + "/draft");
+  auto flagged = s.load(tmp.str());
+  ASSERT_TRUE(flagged->dflash().sample_from_anchor);
+  const int32_t Vd = flagged->out_vocab(), H = flagged->config().hidden_size;
+  const auto prompt = g.i32("prompt_ids");
+  const auto taps = g.f32("taps");
+  const auto block = g.i32("block_ids");
+  const int32_t n = int32_t(prompt.size()), B = int32_t(block.size());
+  std::vector<float> lp(size_t(B - 1) * Vd), lf(size_t(B - 1) * Vd), hp(size_t(B) * H), hf(size_t(B) * H);
+  plain->append_context(0, taps.data(), n, 0);
+  flagged->append_context(0, taps.data(), n, 0);
+  plain->draft_block(0, block.data(), B, n, *s.target, lp.data(), hp.data());
+  flagged->draft_block(0, block.data(), B, n, *s.target, lf.data(), hf.data());
+  EXPECT_EQ(hp, hf);  // the same forward
+  for (int32_t r = 1; r < B - 1; ++r)
+    for (int32_t i = 0; i < Vd; ++i)
+      ASSERT_EQ(lf[size_t(r) * Vd + i], lp[size_t(r - 1) * Vd + i]) << "row " << r;
+  EXPECT_GT(max_abs_diff(std::vector<float>(lf.begin(), lf.begin() + Vd),
+                         std::vector<float>(lp.begin(), lp.begin() + Vd)), 1e-3);  // row 0: the anchor slot
+
+  // Lossless end to end with the flagged drafter (T = 0, every block size).
+  Generator plain_gen(*s.target, nullptr);
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = 24;
+  const GenerateResult want = plain_gen.generate(req);
+  DFlashProposer prop(s.load(tmp.str()), *s.target);
+  Generator spec(*s.target, &prop);
+  for (int32_t b = 1; b <= flagged->dflash().block_size; ++b) {
+    req.block_size = b;
+    EXPECT_EQ(spec.generate(req).tokens, want.tokens) << "block " << b;
   }
 }
 

@@ -306,7 +306,8 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
   const DFlashSpec& d = *cfg_.dflash;
   const int32_t H = cfg_.hidden_size, Ht = tc.hidden_size, K = int32_t(d.target_layer_ids.size());
   DFL_CHECK(H == Ht, "drafter hidden_size ", H, " does not match the target's ", Ht);
-  DFL_CHECK(!d.sample_from_anchor, "'", dir, "': sample_from_anchor drafters are not supported yet");
+  DFL_CHECK(!(d.sample_from_anchor && d.v2), "'", dir,
+            "': sample_from_anchor with DFlash2 (speculators refuses it too)");
   // The head is the target's (z-lab gemma-4 drafters state the target's cap, 30): a drafter
   // trained with a different soft-cap than the target applies would draft from other logits.
   DFL_CHECK(cfg_.final_logit_softcap == 0.0f || cfg_.final_logit_softcap == tc.final_logit_softcap,
@@ -502,9 +503,13 @@ void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM&
   ops::rms_norm(x, final_norm_.data(), rows, H, eps, x, &pool_);
   if (hidden) hidden->assign(x, x + size_t(rows) * H);
   float* xl = Scratch::ensure(xl_, size_t(out_rows) * H);
+  // Block row j predicts the token at s + j (row 0 is the anchor, no prediction): the drafts are
+  // rows 1..n−1. A sample_from_anchor (DSpark-style) drafter's row j predicts s + j + 1, so its
+  // drafts are rows 0..n−2 (the same B−1 drafts per block; its last row's prediction is unused).
+  const int32_t first = cfg_.dflash->sample_from_anchor ? 0 : 1;
   int32_t o = 0;
   for (const PlanSegment& g : plan_.segments()) {
-    std::copy_n(x + size_t(g.row0 + 1) * H, size_t(g.n - 1) * H, xl + size_t(o) * H);
+    std::copy_n(x + size_t(g.row0 + first) * H, size_t(g.n - 1) * H, xl + size_t(o) * H);
     o += g.n - 1;
   }
   if (own_head()) head_.logits(xl, out_rows, logits.data(), pool_);  // [out_rows, draft_vocab]
