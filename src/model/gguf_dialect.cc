@@ -51,13 +51,20 @@ nlohmann::json gguf_decoder_config(const GgufFile& f, const std::string& arch) {
   return c;
 }
 
-std::string gguf_decoder_tensor_name(std::string_view n) {
-  static const std::pair<const char*, const char*> kTop[] = {
-      {"token_embd.weight", "model.embed_tokens.weight"},
-      {"output_norm.weight", "model.norm.weight"},
-      {"output.weight", "lm_head.weight"}};
-  for (const auto& [g, h] : kTop)
+std::string gguf_rename(std::string_view n, GgufNameTable top, GgufNameTable layer,
+                        std::string_view layer_prefix) {
+  for (const auto& [g, h] : top)
     if (n == g) return h;
+  if (!n.starts_with("blk.")) return std::string(n);
+  const size_t dot = n.find('.', 4);
+  if (dot == std::string_view::npos) return std::string(n);
+  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
+  for (const auto& [g, h] : layer)
+    if (rest == g) return str(layer_prefix, il, ".", h);
+  return std::string(n);
+}
+
+GgufNameTable gguf_decoder_layer_names() {
   static const std::pair<const char*, const char*> kLayer[] = {
       {"attn_norm.weight", "input_layernorm.weight"},
       {"attn_q.weight", "self_attn.q_proj.weight"},
@@ -70,13 +77,15 @@ std::string gguf_decoder_tensor_name(std::string_view n) {
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"}};
-  if (!n.starts_with("blk.")) return std::string(n);
-  const size_t dot = n.find('.', 4);
-  if (dot == std::string_view::npos) return std::string(n);
-  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
-  for (const auto& [g, h] : kLayer)
-    if (rest == g) return str("model.layers.", il, ".", h);
-  return std::string(n);
+  return kLayer;
+}
+
+std::string gguf_decoder_tensor_name(std::string_view n) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  return gguf_rename(n, kTop, gguf_decoder_layer_names(), "model.layers.");
 }
 
 std::vector<int64_t> llama_qk_row_order(const GgufFile& f, std::string_view n, int64_t rows) {

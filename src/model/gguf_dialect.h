@@ -1,11 +1,14 @@
 // What llama.cpp's converter (convert_hf_to_gguf.py) does to a dense decoder, undone: the
 // `<arch>.*` metadata as the HF config.json it came from, the GGUF tensor names as HF names, and
 // the `llama` converter's q/k row permutation. Shared by the families whose GGUF dialect is the
-// plain llama.cpp decoder layout (qwen3, llama); Gemma 3 keeps its own table (sandwich norms).
+// plain llama.cpp decoder layout (qwen3, llama, the DFlash drafters); Gemma 3/4 keep their own
+// layer table (sandwich norms, MoE) through the same gguf_rename.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -22,6 +25,19 @@ namespace dfl {
 // (no output.weight). Throws dfl::Error naming the key when a required one is missing, and for
 // what the converter stores in a form we do not read back (llama3 RoPE as a rope_freqs tensor).
 nlohmann::json gguf_decoder_config(const GgufFile& f, const std::string& arch);
+
+// A GGUF → HF name table: {gguf name, HF name} pairs.
+using GgufNameTable = std::span<const std::pair<const char*, const char*>>;
+
+// The one GGUF renaming rule (every family's and drafter's dialect goes through it): a name in
+// `top` maps whole; "blk.N.<rest>" with <rest> in `layer` maps to "<layer_prefix>N.<HF rest>"; any
+// other name is returned unchanged (and refused later as unused).
+std::string gguf_rename(std::string_view gguf_name, GgufNameTable top, GgufNameTable layer,
+                        std::string_view layer_prefix);
+
+// llama.cpp's plain decoder layer (attention with q/k norms + SwiGLU, pre-norms): attn_norm,
+// attn_q/k/v/output, attn_q_norm / attn_k_norm, ffn_norm, ffn_gate/up/down in HF form.
+GgufNameTable gguf_decoder_layer_names();
 
 // "blk.N.attn_q.weight" → "model.layers.N.self_attn.q_proj.weight" etc. (token_embd, output_norm,
 // output, attn_norm, attn_q/k/v/output, attn_q_norm / attn_k_norm, ffn_norm, ffn_gate/up/down);

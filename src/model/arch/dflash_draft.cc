@@ -11,6 +11,7 @@
 #include "model/decoder.h"
 #include "model/dflash2_draft.h"
 #include "model/family.h"
+#include "model/gguf_dialect.h"
 #include "model/weights.h"
 
 namespace dfl {
@@ -256,27 +257,7 @@ std::string dflash_gguf_name(std::string_view n) {
       {"fc.weight", "fc.weight"}, {"dflash_fc.weight", "fc.weight"},
       {"hidden_norm.weight", "hidden_norm.weight"}, {"dflash_hidden_norm.weight", "hidden_norm.weight"},
       {"output_norm.weight", "norm.weight"}};
-  for (const auto& [g, h] : kTop)
-    if (n == g) return h;
-  static const std::pair<const char*, const char*> kLayer[] = {
-      {"attn_norm.weight", "input_layernorm.weight"},
-      {"attn_q.weight", "self_attn.q_proj.weight"},
-      {"attn_k.weight", "self_attn.k_proj.weight"},
-      {"attn_v.weight", "self_attn.v_proj.weight"},
-      {"attn_output.weight", "self_attn.o_proj.weight"},
-      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"},
-      {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},
-      {"ffn_down.weight", "mlp.down_proj.weight"}};
-  if (!n.starts_with("blk.")) return std::string(n);
-  const size_t dot = n.find('.', 4);
-  if (dot == std::string_view::npos) return std::string(n);
-  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
-  for (const auto& [g, h] : kLayer)
-    if (rest == g) return str("layers.", il, ".", h);
-  return std::string(n);
+  return gguf_rename(n, kTop, gguf_decoder_layer_names(), "layers.");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/config_json.h"
+#include "model/gguf_dialect.h"
 
 namespace dfl::gemma {
 
@@ -80,8 +81,6 @@ std::string gguf_tensor_name(std::string_view n) {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
       {"output.weight", "lm_head.weight"}};
-  for (const auto& [g, h] : kTop)
-    if (n == g) return h;
   static const std::pair<const char*, const char*> kLayer[] = {
       {"attn_norm.weight", "input_layernorm.weight"},
       {"attn_q.weight", "self_attn.q_proj.weight"},
@@ -105,13 +104,7 @@ std::string gguf_tensor_name(std::string_view n) {
       {"ffn_down_exps.scale", "router.per_expert_scale"},
       {"ffn_gate_up_exps.weight", "experts.gate_up_proj"},
       {"ffn_down_exps.weight", "experts.down_proj"}};
-  if (!n.starts_with("blk.")) return std::string(n);  // unknown: kept, refused as unused later
-  const size_t dot = n.find('.', 4);
-  if (dot == std::string_view::npos) return std::string(n);
-  const std::string_view il = n.substr(4, dot - 4), rest = n.substr(dot + 1);
-  for (const auto& [g, h] : kLayer)
-    if (rest == g) return str("model.layers.", il, ".", h);
-  return std::string(n);
+  return gguf_rename(n, kTop, kLayer, "model.layers.");  // unknown names: kept, refused later
 }
 
 const std::vector<std::string>& multimodal_prefixes() {
