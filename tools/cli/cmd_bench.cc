@@ -774,8 +774,11 @@ int cmd_bench(int argc, char** argv) {
   }
   std::printf("## dflash bench: %s%s\n\n", args.str("--model").c_str(),
               args.has("--draft") ? (" + " + args.str("--draft")).c_str() : "");
+  // A GGUF file's quantized types are kept as stored unless --weights q8 (the bf16 default names
+  // the HF-folder path).
+  const std::string wlabel = tc.gguf && wname != "q8" ? "as stored (GGUF)" : wname;
   std::printf("%s | %s | %d threads | weights %s | %s | load avg %s → %s\n", J["cpu"].get<std::string>().c_str(),
-              J["isa"].get<std::string>().c_str(), threads, wname.c_str(), J["date"].get<std::string>().c_str(),
+              J["isa"].get<std::string>().c_str(), threads, wlabel.c_str(), J["date"].get<std::string>().c_str(),
               J["loadavg_start"].get<std::string>().c_str(), J["loadavg_end"].get<std::string>().c_str());
   std::printf("%s, %d layers, hidden %d, vocab %d: %.3f GB of weights read per decoded token; "
               "median of %d repeats, ± = half the min–max range\n\n",
