@@ -7,24 +7,30 @@
 
 namespace dfl {
 
-nlohmann::json gguf_decoder_config(const GgufFile& f, const std::string& arch) {
+nlohmann::json gguf_decoder_geometry(const GgufFile& f, const std::string& arch, uint32_t default_context) {
   const std::string a = arch + ".";
   nlohmann::json c;
   const uint32_t H = f.get_u32(a + "embedding_length"), nh = f.get_u32(a + "attention.head_count");
   DFL_CHECK(nh > 0, "GGUF: ", a, "attention.head_count must be positive");
-  const uint32_t hd = f.get_u32_or(a + "attention.key_length", H / nh);
   c["hidden_size"] = H;
   c["num_hidden_layers"] = f.get_u32(a + "block_count");
   c["intermediate_size"] = f.get_u32(a + "feed_forward_length");
   c["num_attention_heads"] = nh;
   c["num_key_value_heads"] = f.get_u32_or(a + "attention.head_count_kv", nh);
-  c["head_dim"] = hd;
+  c["head_dim"] = f.get_u32_or(a + "attention.key_length", H / nh);
+  c["max_position_embeddings"] = f.get_u32_or(a + "context_length", default_context);
+  c["rms_norm_eps"] = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  return c;
+}
+
+nlohmann::json gguf_decoder_config(const GgufFile& f, const std::string& arch) {
+  const std::string a = arch + ".";
+  nlohmann::json c = gguf_decoder_geometry(f, arch, 4096);
+  const uint32_t hd = c["head_dim"];
   DFL_CHECK(f.get_u32_or(a + "attention.value_length", hd) == hd, "GGUF: ", a,
             "attention.value_length != key_length is not supported for ", arch);
   DFL_CHECK(f.get_u32_or(a + "rope.dimension_count", hd) == hd, "GGUF: partial RoPE (", a,
             "rope.dimension_count < head_dim) is not supported for ", arch);
-  c["max_position_embeddings"] = f.get_u32_or(a + "context_length", 4096);
-  c["rms_norm_eps"] = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   c["rope_theta"] = f.get_f32_or(a + "rope.freq_base", 10000.0f);
   const std::string scaling = f.get_string_or(a + "rope.scaling.type", "none");
   if (scaling == "linear") {

@@ -26,6 +26,13 @@ namespace dfl {
 // what the converter stores in a form we do not read back (llama3 RoPE as a rope_freqs tensor).
 nlohmann::json gguf_decoder_config(const GgufFile& f, const std::string& arch);
 
+// The decoder geometry every llama.cpp GGUF stores the same way under `<arch>.` (the one reader
+// for it, shared by gguf_decoder_config, Gemma 3 and the DFlash drafters): hidden_size,
+// num_hidden_layers, intermediate_size, num_attention_heads (> 0, checked), num_key_value_heads,
+// head_dim (attention.key_length, else hidden / heads), max_position_embeddings (context_length,
+// else `default_context`), rms_norm_eps.
+nlohmann::json gguf_decoder_geometry(const GgufFile& f, const std::string& arch, uint32_t default_context);
+
 // A GGUF → HF name table: {gguf name, HF name} pairs.
 using GgufNameTable = std::span<const std::pair<const char*, const char*>>;
 

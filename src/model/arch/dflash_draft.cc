@@ -195,20 +195,10 @@ bool claims_dflash(const nlohmann::json& root) {
 // vocabulary size key: the tokenizer's length, or the mask id + 1, stands in.
 json dflash_gguf_config(const GgufFile& f) {
   const std::string a = "dflash.";
-  json c;
+  json c = gguf_decoder_geometry(f, "dflash", 32768);
   c["architectures"] = {"DFlashDraftModel"};
   c["model_type"] = "qwen3";
-  const uint32_t H = f.get_u32(a + "embedding_length"), L = f.get_u32(a + "block_count");
-  const uint32_t nh = f.get_u32(a + "attention.head_count");
-  const uint32_t hd = f.get_u32_or(a + "attention.key_length", H / std::max(1u, nh));
-  c["hidden_size"] = H;
-  c["num_hidden_layers"] = L;
-  c["intermediate_size"] = f.get_u32(a + "feed_forward_length");
-  c["num_attention_heads"] = nh;
-  c["num_key_value_heads"] = f.get_u32_or(a + "attention.head_count_kv", nh);
-  c["head_dim"] = hd;
-  c["max_position_embeddings"] = f.get_u32_or(a + "context_length", 32768);
-  c["rms_norm_eps"] = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  const uint32_t L = c["num_hidden_layers"];
   c["rope_theta"] = f.get_f32_or(a + "rope.freq_base", 1e6f);
   const int32_t mask = int32_t(f.get_i64("tokenizer.ggml.mask_token_id"));
   c["vocab_size"] = f.has("tokenizer.ggml.tokens")

@@ -17,6 +17,7 @@
 #include "model/config_json.h"
 #include "model/decoder.h"
 #include "model/family.h"
+#include "model/gguf_dialect.h"
 #include "model/weights.h"
 
 namespace dfl {
@@ -60,21 +61,12 @@ void parse_gemma3(const json& root, ModelConfig& c, const ConfigOptions&) {
 // the converter folded the +1 of every norm into the stored weights (so norms are applied as w).
 json gemma3_gguf_config(const GgufFile& f) {
   const std::string a = "gemma3.";
-  json c;
+  json c = gguf_decoder_geometry(f, "gemma3", 131072);
   c["architectures"] = {"Gemma3ForCausalLM"};
   c["model_type"] = "gemma3_text";
-  const uint32_t H = f.get_u32(a + "embedding_length"), L = f.get_u32(a + "block_count");
-  const uint32_t nh = f.get_u32(a + "attention.head_count");
-  const uint32_t hd = f.get_u32_or(a + "attention.key_length", H / std::max(1u, nh));
-  c["hidden_size"] = H;
-  c["num_hidden_layers"] = L;
-  c["intermediate_size"] = f.get_u32(a + "feed_forward_length");
-  c["num_attention_heads"] = nh;
-  c["num_key_value_heads"] = f.get_u32_or(a + "attention.head_count_kv", nh);
-  c["head_dim"] = hd;
+  const uint32_t H = c["hidden_size"], L = c["num_hidden_layers"], nh = c["num_attention_heads"],
+                 hd = c["head_dim"];
   c["v_head_dim"] = f.get_u32_or(a + "attention.value_length", hd);
-  c["max_position_embeddings"] = f.get_u32_or(a + "context_length", 131072);
-  c["rms_norm_eps"] = f.get_f32_or(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   c["sliding_window"] = f.get_u32(a + "attention.sliding_window");
   c["sliding_window_pattern"] = f.get_u32_or(a + "attention.sliding_window_pattern", 6);
   c["rope_theta"] = f.get_f32_or(a + "rope.freq_base", 1e6f);
