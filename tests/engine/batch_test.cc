@@ -42,6 +42,11 @@ std::vector<Family> families() {
   // Gemma 4 (appended: tests above index the list): dense + its gemma-4-style drafter, and MoE.
   v.push_back({"gemma4_mixed", test::fixture("gemma4/dense_v5"), test::fixture("dflash/gemma4_mixed/draft")});
   v.push_back({"gemma4_moe", test::fixture("gemma4/moe_hub"), ""});
+  // Reduced-vocabulary drafters (speculators d2t: own lm_head, drafts mapped back to target ids),
+  // on the Qwen3 and the Qwen3.5 hybrid targets.
+  v.push_back({"speculators_d2t", test::fixture("qwen3/tied_gqa2"), test::fixture("dflash/speculators_d2t/draft")});
+  v.push_back({"speculators_d2t_qwen35", test::fixture("qwen35/flat_untied"),
+               test::fixture("dflash/speculators_d2t_qwen35/draft")});
   return v;
 }
 
