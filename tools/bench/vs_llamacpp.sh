@@ -37,7 +37,7 @@ NO_AMX=0
 DFLASH=${DFLASH:-$REPO/build/dflash}
 CACHE=${DFLASH_CACHE:-$HOME/.cache/dflash}
 BENCH_MODELS=${BENCH_MODELS:-/tmp/dflash-bench-models}
-PY=${PYTHON:-python3}
+PY=${PYTHON:-}
 OUT=${OUT:-/tmp/vs_llamacpp.$(date -u +%Y%m%dT%H%M%S)}
 
 while [[ $# -gt 0 ]]; do
@@ -95,6 +95,19 @@ fi
 mkdir -p "$OUT"
 
 # ---- inputs -----------------------------------------------------------------------------------
+# The GGUF writer needs PyPI `gguf` (llama.cpp's gguf-py): a small venv outside the repo unless
+# PYTHON names an interpreter that has it.
+if [[ -z $PY ]]; then
+  if python3 -c 'import gguf, numpy' 2>/dev/null; then PY=python3; else
+    venv=$CACHE/venv-bench-gguf
+    if ! "$venv/bin/python" -c 'import gguf, numpy' 2>/dev/null; then
+      echo "vs_llamacpp.sh: creating $venv (PyPI gguf, numpy)" >&2
+      python3 -m venv "$venv"
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check gguf==0.19.0 numpy >&2
+    fi
+    PY=$venv/bin/python
+  fi
+fi
 GEMMA=$CACHE/gemma-3-270m-q4_k_m.gguf
 Q3=$BENCH_MODELS/qwen3-0.6b
 need_qwen3_gguf() {  # $1 = bf16 | q8_0
