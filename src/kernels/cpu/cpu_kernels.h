@@ -99,6 +99,12 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
 // round_up(M, 16) readable rows (rows past M are read, never used). Only call when
 // amx_usable() && cpu_features().amx_int8.
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// GGML block weights repacked by prepack_weight on AMX-INT8 tiles, bit-identical to the
+// avx512:: kernels of the same layout. M ≤ kGgmlAmxMaxRows activation rows; a.q must have
+// round_up(M, 16) readable rows, those past M zeroed. Only call when amx_usable() &&
+// cpu_features().amx_int8. kPackedQ32x16 (Q8_0 / Q5_0 / Q4_0): cpu/ggml_amx.cc.
+constexpr int64_t kGgmlAmxMaxRows = 64;
+void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Attention of long query runs (ops.h: n_q >= kAmxAttentionMinQueries) with bf16 tiles.
 // work: attention_work_floats(p, kv.n_slots, pool.n_threads()) floats; pos_work: kv.n_slots
 // int32 (positions gathered contiguous). Only call when amx_usable().
