@@ -47,6 +47,11 @@ namespace avx512 {
 // GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
 bool ggml_supported(int dtype);
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// The int8 activation rows of the GGML kernels (cpu/ggml_quant_avx512.cc): the bits of
+// kernels/ggml_matmul.cc's portable quantize_act (layouts of GgmlAct), and with resid ≠ nullptr
+// also the residual rows r = x − float(q) · d ([M, K]) the int8x2 mode quantizes next.
+void quantize_ggml_rows(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
+                        int32_t* s16, int32_t* s32, float* resid);
 // fp32-activation GGML matmul (GgmlActivations::kFp32); rowbuf: n_threads × K floats.
 void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                      float* rowbuf);
