@@ -26,6 +26,7 @@
 #include "bench_proposers.h"
 #include "engine/calibrate.h"
 #include "engine/generator.h"
+#include "engine/scheduler.h"
 #include "model/dflash_draft.h"
 #include "model/gdn.h"
 #include "spec/dflash_proposer.h"
@@ -329,7 +330,9 @@ int cmd_bench(int argc, char** argv) {
   int32_t max_pp = 0;
   for (int32_t n : pps) max_pp = std::max(max_pp, n);
   const int32_t kSpecPrompt = 32;
-  lo.max_block = max_b;
+  // The ring slack of sliding-window layers bounds the rows of one forward: the engine's
+  // prefill chunk, as `dflash run` / `serve` load it, so ppN measures what they prefill with.
+  lo.max_block = std::max(max_b, SchedulerOptions{}.prefill_chunk);
   lo.max_context = std::max({max_pp + 8, vctx + max_b + 8, tg + 8,
                              kSpecPrompt + std::max(tg, tg_proj) + 2 * max_b + 8});
   note("loading " + args.str("--model") + (wfmt == WeightsFormat::kQ8 ? " (quantizing to q8)" : ""));
