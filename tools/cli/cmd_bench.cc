@@ -765,6 +765,9 @@ int cmd_bench(int argc, char** argv) {
                     fmt("max abs error %.4f", mx) + fmt(", top-1 agreement %.0f%%", 100.0 * agree / n)});
   }
   J["loadavg_end"] = loadavg();
+  // A GGUF file's quantized types are kept as stored unless --weights q8 (the bf16 default names
+  // the HF-folder path).
+  if (tc.gguf && wname != "q8") J["weights"] = "as stored (GGUF)";
 
   if (args.has("--json-out")) {
     std::ofstream out(args.str("--json-out"));
@@ -777,9 +780,7 @@ int cmd_bench(int argc, char** argv) {
   }
   std::printf("## dflash bench: %s%s\n\n", args.str("--model").c_str(),
               args.has("--draft") ? (" + " + args.str("--draft")).c_str() : "");
-  // A GGUF file's quantized types are kept as stored unless --weights q8 (the bf16 default names
-  // the HF-folder path).
-  const std::string wlabel = tc.gguf && wname != "q8" ? "as stored (GGUF)" : wname;
+  const std::string wlabel = J["weights"].get<std::string>();
   std::printf("%s | %s | %d threads | weights %s | %s | load avg %s → %s\n", J["cpu"].get<std::string>().c_str(),
               J["isa"].get<std::string>().c_str(), threads, wlabel.c_str(), J["date"].get<std::string>().c_str(),
               J["loadavg_start"].get<std::string>().c_str(), J["loadavg_end"].get<std::string>().c_str());
