@@ -99,6 +99,12 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
 // round_up(M, 16) readable rows (rows past M are read, never used). Only call when
 // amx_usable() && cpu_features().amx_int8.
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// kPackedQ4K16 / kPackedQ6K16 (GGML K formats) on AMX-INT8 tiles (cpu/kquant_ggml_amx.cc),
+// bit-identical to avx512::matmul_q4k16 / matmul_q6k16. a.q must have round_up(M, 16) readable
+// rows (the pad rows are read, never used); a.d valid for rows < M. Best for M <= 64 (larger
+// calls run as chunks of 64 rows). Only call when amx_usable() && cpu_features().amx_int8.
+void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Attention of long query runs (ops.h: n_q >= kAmxAttentionMinQueries) with bf16 tiles.
 // work: attention_work_floats(p, kv.n_slots, pool.n_threads()) floats; pos_work: kv.n_slots
 // int32 (positions gathered contiguous). Only call when amx_usable().
