@@ -27,8 +27,8 @@
 // kernels see the 2M rows [q of rows m0.., q2 of rows m0..] in one call (so each weight block
 // is unpacked once for both) and y = y(q) + y(q2), one fp32 add.
 // Each row's result depends only on that row: batch- and thread-count invariant. Rows are
-// processed in chunks of kGgmlRowChunk, each weight block unpacked once per chunk (so once per
-// call for verify-sized batches).
+// processed in chunks of kGgmlRowChunk (AMX: kGgmlAmxMaxRows), each weight block unpacked
+// once per chunk (so once per call for verify-sized batches).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -75,6 +75,13 @@ namespace ops {
 namespace {
 
 bool is_k_type(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
+
+// Kernel calls of at least this many int8 activation rows take AMX-INT8 where it has a kernel
+// for the layout (bench/bench_matmul 'Gemma/': below it the VNNI kernels are as fast).
+constexpr int64_t kGgmlAmxMinRows = 4;
+// ... for the K formats (kPackedQ4K16 / kPackedQ6K16: each superblock's B tiles are built per
+// call, so AMX pays off from more rows; cpu/kquant_ggml_amx.cc).
+constexpr int64_t kGgmlAmxKMinRows = 8;
 
 // Activation quantization (see the top of the file). q: [M, K + 256] (padding zeroed so kernels
 // may read a whole 256-group past a row's last block), d: [M, K / ab], s16: [M, K / 16].
@@ -277,10 +284,22 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   }
   const int64_t ab = is_k_type(w.dtype) ? 256 : 32;
   const bool split = g_act == GgmlActivations::kInt8x2;
-  // Rows per kernel call: kGgmlRowChunk activation rows (split: half as many x rows, each as
-  // its q and q2 rows).
-  const int64_t chunk = split ? cpu::kGgmlRowChunk / 2 : cpu::kGgmlRowChunk;
-  const int64_t qrows = split ? 2 * std::min(n_rows, chunk) : n_rows;
+  // AMX-INT8 for calls of at least kGgmlAmxMinRows activation rows (q rows: 2 per x row when
+  // split) on a layout it has a kernel for; the same bits as VNNI, so the choice may depend on M.
+  const bool amx = isa == IsaLevel::kAvx512 &&
+                   (w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ4K16 ||
+                    w.packed_format == kPackedQ6K16) &&
+                   (split ? 2 : 1) * n_rows >=
+                       (is_k_type(w.dtype) ? kGgmlAmxKMinRows : kGgmlAmxMinRows) &&
+                   amx_usable() &&
+                   cpu_features().amx_int8;
+  // Rows per kernel call: kGgmlRowChunk (AMX: kGgmlAmxMaxRows) activation rows (split: half as
+  // many x rows, each as its q and q2 rows).
+  const int64_t call_rows = amx ? cpu::amx::kGgmlAmxMaxRows : cpu::kGgmlRowChunk;
+  const int64_t chunk = split ? call_rows / 2 : call_rows;
+  // AMX tiles load 16 rows: the q rows are padded to a multiple of 16 with zeroed rows.
+  const int64_t qrows_used = split ? 2 * std::min(n_rows, chunk) : n_rows;
+  const int64_t qrows = amx ? (qrows_used + 15) / 16 * 16 : qrows_used;
   thread_local std::vector<int8_t> qbuf;
   thread_local std::vector<float> dbuf, rbuf, ybuf;
   thread_local std::vector<int32_t> sbuf, s32buf;
@@ -297,6 +316,9 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   } else {
     quantize_act(x, n_rows, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
   }
+  if (amx)  // the pad rows (never used, but loaded by the tiles): zero once per call
+    std::memset(qbuf.data() + qrows_used * (K + 256), 0,
+                static_cast<size_t>((qrows - qrows_used) * (K + 256)));
   for (int64_t m0 = 0; m0 < n_rows; m0 += chunk) {
     const int64_t Mx = std::min<int64_t>(chunk, n_rows - m0);
     int64_t M = Mx, q0 = m0;
@@ -323,7 +345,13 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     a.s16 = sbuf.data() + q0 * (K / 16);
     a.s32 = s32buf.data() + q0 * (K / 32);
     a.K = K;
-    if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ4K16) {
+    if (amx && w.packed_format == kPackedQ32x16) {
+      cpu::amx::matmul_q32x16(a, M, w, ym, pool);
+    } else if (amx && w.packed_format == kPackedQ4K16) {
+      cpu::amx::matmul_q4k16(a, M, w, ym, pool);
+    } else if (amx && w.packed_format == kPackedQ6K16) {
+      cpu::amx::matmul_q6k16(a, M, w, ym, pool);
+    } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ4K16) {
       cpu::avx512::matmul_q4k16(a, M, w, ym, pool);
     } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ6K16) {
       cpu::avx512::matmul_q6k16(a, M, w, ym, pool);

@@ -99,10 +99,14 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
 // round_up(M, 16) readable rows (rows past M are read, never used). Only call when
 // amx_usable() && cpu_features().amx_int8.
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
-// kPackedQ4K16 / kPackedQ6K16 (GGML K formats) on AMX-INT8 tiles (cpu/kquant_ggml_amx.cc),
-// bit-identical to avx512::matmul_q4k16 / matmul_q6k16. a.q must have round_up(M, 16) readable
-// rows (the pad rows are read, never used); a.d valid for rows < M. Best for M <= 64 (larger
-// calls run as chunks of 64 rows). Only call when amx_usable() && cpu_features().amx_int8.
+// GGML block weights repacked by prepack_weight on AMX-INT8 tiles, bit-identical to the
+// avx512:: kernels of the same layout. M ≤ kGgmlAmxMaxRows activation rows; a.q must have
+// round_up(M, 16) readable rows, those past M zeroed. Only call when amx_usable() &&
+// cpu_features().amx_int8. kPackedQ32x16 (Q8_0 / Q5_0 / Q4_0): cpu/ggml_amx.cc.
+constexpr int64_t kGgmlAmxMaxRows = 64;
+void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// kPackedQ4K16 / kPackedQ6K16 (Q4_K / Q6_K): cpu/kquant_ggml_amx.cc (the pad rows are never
+// used; a.d valid for rows < M; more than kGgmlAmxMaxRows rows run as chunks of that many).
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Attention of long query runs (ops.h: n_q >= kAmxAttentionMinQueries) with bf16 tiles.
