@@ -47,6 +47,14 @@ namespace avx512 {
 // GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
 bool ggml_supported(int dtype);
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// The int8 activation quantization of the GGML kernels (cpu/ggml_quant_avx512.cc): the bits of
+// the scalar quantize_act of kernels/ggml_matmul.cc. x: [M, K]; q: [M, K + 256] (the 256 pad
+// bytes zeroed); d: [M, K / ab]; s16: [M, K / 16]; s32: [M, K / 32]; ab = 32 or 256.
+void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
+                       int32_t* s16, int32_t* s32);
+// The int8x2 residual r = x − float(q)·d (one multiply, one subtract), r: [M, K].
+void ggml_act_residual(const float* x, const int8_t* q, const float* d, int64_t M, int64_t K,
+                       int64_t ab, float* r);
 // fp32-activation GGML matmul (GgmlActivations::kFp32); rowbuf: n_threads × K floats.
 void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                      float* rowbuf);
