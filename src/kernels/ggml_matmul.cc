@@ -310,11 +310,18 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   grow(dbuf, qrows * (K / ab));
   grow(sbuf, qrows * (K / 16));
   grow(s32buf, qrows * (K / 32));
+  // The quantization: AVX-512 (cpu/ggml_quant_avx512.cc) or scalar, the same bits.
+  auto quantize = [&](const float* xs, int64_t rows, int8_t* q, float* d, int32_t* s16, int32_t* s32) {
+    if (isa == IsaLevel::kAvx512)
+      cpu::avx512::quantize_ggml_act(xs, rows, K, ab, q, d, s16, s32);
+    else
+      quantize_act(xs, rows, K, ab, q, d, s16, s32);
+  };
   if (split) {
     grow(rbuf, chunk * K);
     grow(ybuf, 2 * chunk * w.n_out);
   } else {
-    quantize_act(x, n_rows, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
+    quantize(x, n_rows, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
   }
   if (amx)  // the pad rows (never used, but loaded by the tiles): zero once per call
     std::memset(qbuf.data() + qrows_used * (K + 256), 0,
@@ -325,16 +332,20 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     float* ym = y + m0 * w.n_out;
     if (split) {
       // q rows [0, Mx), then the residual's q2 rows [Mx, 2Mx).
-      quantize_act(x + m0 * K, Mx, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
-      for (int64_t m = 0; m < Mx; ++m) {
-        const int8_t* q = qbuf.data() + m * (K + 256);
-        for (int64_t k = 0; k < K; ++k) {
-          const float dq = static_cast<float>(q[k]) * dbuf[m * (K / ab) + k / ab];
-          rbuf[m * K + k] = x[(m0 + m) * K + k] - dq;
+      quantize(x + m0 * K, Mx, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
+      if (isa == IsaLevel::kAvx512) {
+        cpu::avx512::ggml_act_residual(x + m0 * K, qbuf.data(), dbuf.data(), Mx, K, ab, rbuf.data());
+      } else {
+        for (int64_t m = 0; m < Mx; ++m) {
+          const int8_t* q = qbuf.data() + m * (K + 256);
+          for (int64_t k = 0; k < K; ++k) {
+            const float dq = static_cast<float>(q[k]) * dbuf[m * (K / ab) + k / ab];
+            rbuf[m * K + k] = x[(m0 + m) * K + k] - dq;
+          }
         }
       }
-      quantize_act(rbuf.data(), Mx, K, ab, qbuf.data() + Mx * (K + 256), dbuf.data() + Mx * (K / ab),
-                   sbuf.data() + Mx * (K / 16), s32buf.data() + Mx * (K / 32));
+      quantize(rbuf.data(), Mx, qbuf.data() + Mx * (K + 256), dbuf.data() + Mx * (K / ab),
+               sbuf.data() + Mx * (K / 16), s32buf.data() + Mx * (K / 32));
       M = 2 * Mx;
       q0 = 0;
       ym = ybuf.data();
