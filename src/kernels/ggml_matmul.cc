@@ -79,6 +79,9 @@ bool is_k_type(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == 
 // Kernel calls of at least this many int8 activation rows take AMX-INT8 where it has a kernel
 // for the layout (bench/bench_matmul 'Gemma/': below it the VNNI kernels are as fast).
 constexpr int64_t kGgmlAmxMinRows = 4;
+// ... for the K formats (kPackedQ4K16 / kPackedQ6K16: each superblock's B tiles are built per
+// call, so AMX pays off from more rows; cpu/kquant_ggml_amx.cc).
+constexpr int64_t kGgmlAmxKMinRows = 8;
 
 // Activation quantization (see the top of the file). q: [M, K + 256] (padding zeroed so kernels
 // may read a whole 256-group past a row's last block), d: [M, K / ab], s16: [M, K / 16];
@@ -126,10 +129,12 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, 
     float* dm = d + m0 * (K / ab);
     int32_t *sm = s16 + m0 * (K / 16), *s32m = s32 + m0 * (K / 32);
     float* rm = resid ? resid + m0 * K : nullptr;
-    if (isa == IsaLevel::kAvx512)
-      cpu::avx512::quantize_ggml_rows(x + m0 * K, n, K, ab, qm, dm, sm, s32m, rm);
-    else
+    if (isa == IsaLevel::kAvx512) {  // cpu/ggml_quant_avx512.cc: the same bits
+      cpu::avx512::quantize_ggml_act(x + m0 * K, n, K, ab, qm, dm, sm, s32m);
+      if (rm) cpu::avx512::ggml_act_residual(x + m0 * K, qm, dm, n, K, ab, rm);
+    } else {
       quantize_act(x + m0 * K, n, K, ab, qm, dm, sm, s32m, rm);
+    }
   };
   if (M * K >= 16384 && pool.n_threads() > 1)
     pool.parallel_for(M, rows, 1);
@@ -309,8 +314,12 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   const bool split = g_act == GgmlActivations::kInt8x2;
   // AMX-INT8 for calls of at least kGgmlAmxMinRows activation rows (q rows: 2 per x row when
   // split) on a layout it has a kernel for; the same bits as VNNI, so the choice may depend on M.
-  const bool amx = isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ32x16 &&
-                   (split ? 2 : 1) * n_rows >= kGgmlAmxMinRows && amx_usable() &&
+  const bool amx = isa == IsaLevel::kAvx512 &&
+                   (w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ4K16 ||
+                    w.packed_format == kPackedQ6K16) &&
+                   (split ? 2 : 1) * n_rows >=
+                       (is_k_type(w.dtype) ? kGgmlAmxKMinRows : kGgmlAmxMinRows) &&
+                   amx_usable() &&
                    cpu_features().amx_int8;
   // Rows per kernel call: kGgmlRowChunk (AMX: kGgmlAmxMaxRows) activation rows (split: half as
   // many x rows, each as its q and q2 rows).
@@ -362,6 +371,10 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     a.K = K;
     if (amx && w.packed_format == kPackedQ32x16) {
       cpu::amx::matmul_q32x16(a, M, w, ym, pool);
+    } else if (amx && w.packed_format == kPackedQ4K16) {
+      cpu::amx::matmul_q4k16(a, M, w, ym, pool);
+    } else if (amx && w.packed_format == kPackedQ6K16) {
+      cpu::amx::matmul_q6k16(a, M, w, ym, pool);
     } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ4K16) {
       cpu::avx512::matmul_q4k16(a, M, w, ym, pool);
     } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ6K16) {

@@ -156,7 +156,7 @@ TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
   ActScope act(mode);
   ThreadPool p1(1), p2(2);
   const bool k = t == DType::kQ4_K || t == DType::kQ6_K;
-  for (int64_t K : {k ? 256 : 32, k ? 768 : 640}) {
+  for (int64_t K : {int64_t{k ? 256 : 32}, int64_t{k ? 768 : 640}, int64_t{2048}}) {
     for (int64_t N : {1, 17, 40}) {
       const auto wb = random_blocks(t, N, K, 21 + static_cast<uint32_t>(N));
       const WeightMatrix w = ggml_weight(t, N, K, wb.data());
@@ -164,7 +164,9 @@ TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
       if (cpu_isa() == IsaLevel::kAvx512 && mode != GgmlActivations::kFp32)
         EXPECT_EQ(pw.matrix().packed_format,
                   t == DType::kQ4_K ? kPackedQ4K16 : t == DType::kQ6_K ? kPackedQ6K16 : kPackedQ32x16);
-      for (int64_t M : {1, 2, 3, 5, 16, 17, 33}) {
+      // M ≥ 4 (K formats: ≥ 8) int8 rows take the AMX-INT8 kernels where usable (DFL_AMX=0:
+      // VNNI), up to 64 rows per call: 48 and 64 fill it, 33 splits it.
+      for (int64_t M : {1, 2, 3, 5, 16, 17, 33, 48, 64}) {
         const auto x = test::randn(static_cast<size_t>(M * K), 17);
         std::vector<float> a(M * N), b(M * N);
         ops::matmul(x.data(), M, w, a.data(), p1);

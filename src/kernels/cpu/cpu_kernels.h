@@ -47,11 +47,14 @@ namespace avx512 {
 // GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
 bool ggml_supported(int dtype);
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
-// The int8 activation rows of the GGML kernels (cpu/ggml_quant_avx512.cc): the bits of
-// kernels/ggml_matmul.cc's portable quantize_act (layouts of GgmlAct), and with resid ≠ nullptr
-// also the residual rows r = x − float(q) · d ([M, K]) the int8x2 mode quantizes next.
-void quantize_ggml_rows(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
-                        int32_t* s16, int32_t* s32, float* resid);
+// The int8 activation quantization of the GGML kernels (cpu/ggml_quant_avx512.cc): the bits of
+// the scalar quantize_act of kernels/ggml_matmul.cc. x: [M, K]; q: [M, K + 256] (the 256 pad
+// bytes zeroed); d: [M, K / ab]; s16: [M, K / 16]; s32: [M, K / 32]; ab = 32 or 256.
+void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
+                       int32_t* s16, int32_t* s32);
+// The int8x2 residual r = x − float(q)·d (one multiply, one subtract), r: [M, K].
+void ggml_act_residual(const float* x, const int8_t* q, const float* d, int64_t M, int64_t K,
+                       int64_t ab, float* r);
 // fp32-activation GGML matmul (GgmlActivations::kFp32); rowbuf: n_threads × K floats.
 void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                      float* rowbuf);
@@ -110,6 +113,10 @@ void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, Thre
 // cpu_features().amx_int8. kPackedQ32x16 (Q8_0 / Q5_0 / Q4_0): cpu/ggml_amx.cc.
 constexpr int64_t kGgmlAmxMaxRows = 64;
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// kPackedQ4K16 / kPackedQ6K16 (Q4_K / Q6_K): cpu/kquant_ggml_amx.cc (the pad rows are never
+// used; a.d valid for rows < M; more than kGgmlAmxMaxRows rows run as chunks of that many).
+void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Attention of long query runs (ops.h: n_q >= kAmxAttentionMinQueries) with bf16 tiles.
 // work: attention_work_floats(p, kv.n_slots, pool.n_threads()) floats; pos_work: kv.n_slots
 // int32 (positions gathered contiguous). Only call when amx_usable().
