@@ -3,11 +3,13 @@
 // kernel and the portable one (the math: kernels/ggml_matmul.cc, top comment).
 //
 // The packed weight block — [8 (k/4)][16 (n)][4 (k%4)] unsigned bytes u for Q8_0, nibbles of
-// the same shape for Q5_0 / Q4_0 (unpacked here to u) — is the B operand of tdpbsud (signed A ×
-// unsigned B, exact int32 sums); 16 activation rows of one 32-block (GgmlAct.q, row stride
-// K + 256) are its A operand. One tdpbsud gives the block dots Σ u·q of 16 rows × 16 outputs,
-// then per row exactly the VNNI kernel's fp steps:
-//   dv = dot − (Σ q << log2 off);  lane[b % 8] = fma(float(dv), d_w · d_x, lane[b % 8])
+// the same shape for Q5_0 / Q4_0 — is the B operand; 16 activation rows of one 32-block
+// (GgmlAct.q, row stride K + 256) are the A operand. One tile product gives the exact int32
+// block dots of 16 rows × 16 outputs: tdpbsud on Q8_0's stored u then dv = Σ u·q − (Σ q << 7),
+// or tdpbssd on the signed values u − off (Q4_0 / Q5_0 unpacked, Q8_0 when one tile's blocks
+// are prepared once for several row groups) then dv = Σ (u − off)·q — the same integer. Then
+// per row exactly the VNNI kernel's fp steps:
+//   lane[b % 8] = fma(float(dv), d_w · d_x, lane[b % 8])
 // and y = ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)). The lanes are independent, so the
 // blocks run lane by lane (b = l, l + 8, ...: each lane's blocks still in k order) with the
 // lane's 16 row accumulators in registers. Tile products are software pipelined against the
@@ -52,14 +54,21 @@ inline __m512i fifth_bits(__m512i qh, int sh) {
   return _mm512_slli_epi32(s, 4);
 }
 
-// The B operand (8 rows × 64 bytes of u) of packed block bp: Q8_0's bytes as they are; Q4_0 /
-// Q5_0 unpacked into ub (rows 0..3: elements 4g + i = low nibbles, rows 4..7: 16 + 4g + i).
-template <int T>
+// The B operand (8 rows × 64 bytes) of packed block bp. Q8_0 as stored: u = q + 128 (unsigned,
+// for tdpbsud and the Σ q correction); signed (for tdpbssd, no correction): q = u − off written
+// into ub — Q8_0 by flipping the top bit, Q4_0 / Q5_0 unpacked from their nibbles (rows 0..3:
+// elements 4g + i = low nibbles, rows 4..7: 16 + 4g + i) and shifted by their offset.
+template <int T, bool Signed>
 inline const uint8_t* b_operand(const uint8_t* bp, uint8_t* ub) {
+  static_assert(Signed || T == kQ8_0, "Q4_0 / Q5_0 are always unpacked signed");
   if constexpr (T == kQ8_0) {
-    return bp;
+    if constexpr (!Signed) return bp;
+    const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int g = 0; g < 8; ++g)
+      _mm512_store_si512(ub + 64 * g, _mm512_xor_si512(_mm512_loadu_si512(bp + 64 * g), top));
+    return ub;
   } else {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(1 << kShift<T>);
     __m512i qh = _mm512_setzero_si512();
     if constexpr (T == kQ5_0) qh = _mm512_loadu_si512(bp + 256);
     for (int g = 0; g < 4; ++g) {
@@ -69,30 +78,37 @@ inline const uint8_t* b_operand(const uint8_t* bp, uint8_t* ub) {
         lo = _mm512_or_si512(lo, fifth_bits(qh, 4 * g));
         hi = _mm512_or_si512(hi, fifth_bits(qh, 16 + 4 * g));
       }
-      _mm512_store_si512(ub + 64 * g, lo);
-      _mm512_store_si512(ub + 64 * (4 + g), hi);
+      _mm512_store_si512(ub + 64 * g, _mm512_sub_epi8(lo, off));
+      _mm512_store_si512(ub + 64 * (4 + g), _mm512_sub_epi8(hi, off));
     }
     return ub;
   }
 }
 
-// Slot J of the ring: A in tmm(J % 2), B in tmm(2 + J % 2), C in tmm(4 + J). (The tile
-// intrinsics take literal tile numbers.)
-template <int J>
+// Slot J of the ring: A in tmm(J % 2), B in tmm(2 + J % 2), C in tmm(4 + J); signed or
+// unsigned B. (The tile intrinsics take literal tile numbers.)
+template <int J, bool Signed>
 void block_product(const int8_t* xa, int64_t ldq, const uint8_t* bo);
 template <int J>
 void store_product(int32_t (*c)[16]);
-#define DFL_GGML_PRODUCT(J, A, B, C)                                                \
-  template <>                                                                       \
-  inline void block_product<J>(const int8_t* xa, int64_t ldq, const uint8_t* bo) {  \
-    _tile_loadd(A, xa, ldq);                                                        \
-    _tile_loadd(B, bo, 64);                                                         \
-    _tile_zero(C);                                                                  \
-    _tile_dpbsud(C, A, B);                                                          \
-  }                                                                                 \
-  template <>                                                                       \
-  inline void store_product<J>(int32_t (*c)[16]) {                                  \
-    _tile_stored(C, c, 64);                                                         \
+#define DFL_GGML_PRODUCT(J, A, B, C)                                                       \
+  template <>                                                                              \
+  inline void block_product<J, false>(const int8_t* xa, int64_t ldq, const uint8_t* bo) {  \
+    _tile_loadd(A, xa, ldq);                                                               \
+    _tile_loadd(B, bo, 64);                                                                \
+    _tile_zero(C);                                                                         \
+    _tile_dpbsud(C, A, B);                                                                 \
+  }                                                                                        \
+  template <>                                                                              \
+  inline void block_product<J, true>(const int8_t* xa, int64_t ldq, const uint8_t* bo) {   \
+    _tile_loadd(A, xa, ldq);                                                               \
+    _tile_loadd(B, bo, 64);                                                                \
+    _tile_zero(C);                                                                         \
+    _tile_dpbssd(C, A, B);                                                                 \
+  }                                                                                        \
+  template <>                                                                              \
+  inline void store_product<J>(int32_t (*c)[16]) {                                         \
+    _tile_stored(C, c, 64);                                                                \
   }
 DFL_GGML_PRODUCT(0, 0, 2, 4)
 DFL_GGML_PRODUCT(1, 1, 3, 5)
@@ -102,7 +118,7 @@ DFL_GGML_PRODUCT(3, 1, 3, 7)
 
 // Rows [m0, m0 + R) × the 16 outputs of one packed tile (all nb blocks): the 8 lane sums per
 // row into lanes[R][8][16]. next_tile (or nullptr): the following tile, prefetched block by block.
-template <int T, int R>
+template <int T, int R, bool Signed>
 void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
                const uint8_t* next_tile, const uint8_t* bcache, float (*lanes)[8][16]) {
   constexpr int64_t BB = kBlockBytes<T>;
@@ -129,14 +145,15 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
       const char* pf = reinterpret_cast<const char*>(next_tile + b * BB);
       for (int64_t o = 0; o < BB; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
     }
-    block_product<J>(xq + 32 * b, ldq, bcache ? bcache + 512 * b : b_operand<T>(tile + b * BB, ub[J]));
+    block_product<J, Signed>(xq + 32 * b, ldq,
+                             bcache ? bcache + 512 * b : b_operand<T, Signed>(tile + b * BB, ub[J]));
   };
   auto finish = [&](int64_t i, int32_t (*cb)[16]) {
     const int64_t b = seq(i);
     const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(tile + b * BB + kQs<T> + kQh<T>));
     for (int r = 0; r < R; ++r) {
-      const __m512i dv = _mm512_sub_epi32(_mm512_load_si512(cb[r]),
-                                          _mm512_set1_epi32(xs[r * nb + b] << kShift<T>));
+      __m512i dv = _mm512_load_si512(cb[r]);
+      if constexpr (!Signed) dv = _mm512_sub_epi32(dv, _mm512_set1_epi32(xs[r * nb + b] << kShift<T>));
       const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[r * nb + b]));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dv), sc, acc[r]);
     }
@@ -167,18 +184,29 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
     for (int r = 0; r < R; ++r) _mm512_store_ps(lanes[r][l], _mm512_setzero_ps());
 }
 
-template <int T>
-void run_rows(int64_t R, const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
-              const uint8_t* next, const uint8_t* bcache, float (*lanes)[8][16]) {
+template <int T, bool Signed>
+void run_rows_as(int64_t R, const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
+                 const uint8_t* next, const uint8_t* bcache, float (*lanes)[8][16]) {
   switch (R) {
 #define DFL_GGML_ROWS(r) \
-  case r: return tile_rows<T, r>(a, m0, tile, nb, next, bcache, lanes);
+  case r: return tile_rows<T, r, Signed>(a, m0, tile, nb, next, bcache, lanes);
     DFL_GGML_ROWS(1) DFL_GGML_ROWS(2) DFL_GGML_ROWS(3) DFL_GGML_ROWS(4) DFL_GGML_ROWS(5)
     DFL_GGML_ROWS(6) DFL_GGML_ROWS(7) DFL_GGML_ROWS(8) DFL_GGML_ROWS(9) DFL_GGML_ROWS(10)
     DFL_GGML_ROWS(11) DFL_GGML_ROWS(12) DFL_GGML_ROWS(13) DFL_GGML_ROWS(14) DFL_GGML_ROWS(15)
 #undef DFL_GGML_ROWS
-    default: return tile_rows<T, 16>(a, m0, tile, nb, next, bcache, lanes);
+    default: return tile_rows<T, 16, Signed>(a, m0, tile, nb, next, bcache, lanes);
   }
+}
+
+// Signed B operands (tdpbssd) for Q4_0 / Q5_0 and for cached Q8_0; Q8_0 straight from the packed
+// bytes otherwise (tdpbsud and the correction).
+template <int T>
+void run_rows(int64_t R, const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
+              const uint8_t* next, const uint8_t* bcache, float (*lanes)[8][16]) {
+  if constexpr (T == kQ8_0) {
+    if (!bcache) return run_rows_as<T, false>(R, a, m0, tile, nb, next, bcache, lanes);
+  }
+  run_rows_as<T, true>(R, a, m0, tile, nb, next, bcache, lanes);
 }
 
 // A tiles (tmm0/1): 16 rows × 32 bytes (one block of k); B (tmm2/3): 8 rows × 64 bytes; C
@@ -199,7 +227,7 @@ void configure_ggml_tiles() {
   _tile_loadconfig(&cfg);
 }
 
-// Unpacked B operands of one tile (Q4_0 / Q5_0, K ≤ 32 · kCacheBlocks), per thread.
+// Signed B operands of one tile (K ≤ 32 · kCacheBlocks), per thread.
 constexpr int64_t kCacheBlocks = 128;
 alignas(64) thread_local uint8_t g_bcache[kCacheBlocks * 512];
 
@@ -214,10 +242,10 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
     const uint8_t* next = t + 1 < n_tiles ? tile + nb * kBlockBytes<T> : nullptr;
     const int64_t n0 = t * 16;
     const __mmask16 mk = static_cast<__mmask16>(N - n0 >= 16 ? 0xFFFF : (1u << (N - n0)) - 1);
-    // Several 16-row groups: unpack the tile's B operands once for all of them.
+    // Several 16-row groups: the tile's signed B operands once for all of them.
     const uint8_t* bcache = nullptr;
-    if (T != kQ8_0 && M > 16 && nb <= kCacheBlocks) {
-      for (int64_t b = 0; b < nb; ++b) b_operand<T>(tile + b * kBlockBytes<T>, g_bcache + 512 * b);
+    if (M > 16 && nb <= kCacheBlocks) {
+      for (int64_t b = 0; b < nb; ++b) b_operand<T, true>(tile + b * kBlockBytes<T>, g_bcache + 512 * b);
       bcache = g_bcache;
     }
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
