@@ -9,10 +9,9 @@
 namespace dfl::cpu::amx {
 namespace {
 
-// Palette 1 with all eight tiles at their full 16 rows × 64 bytes: every AMX kernel here uses
-// only whole tiles (zero padding handles edges). Call once per thread before its tile work;
-// _tile_release() after.
-static inline void configure_tiles() {
+// Palette 1 with tile t of rows[t] rows × colsb[t] bytes (t < 8). Call once per thread before
+// its tile work; _tile_release() after.
+static inline void configure_tiles(const uint8_t (&rows)[8], const uint16_t (&colsb)[8]) {
   struct alignas(64) TileConfig {
     uint8_t palette_id;
     uint8_t start_row;
@@ -22,10 +21,15 @@ static inline void configure_tiles() {
   } c{};
   c.palette_id = 1;
   for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
-    c.colsb[t] = 64;
+    c.rows[t] = rows[t];
+    c.colsb[t] = colsb[t];
   }
   _tile_loadconfig(&c);
+}
+
+// All eight tiles at their full 16 rows × 64 bytes (kernels that handle edges by zero padding).
+static inline void configure_tiles() {
+  configure_tiles({16, 16, 16, 16, 16, 16, 16, 16}, {64, 64, 64, 64, 64, 64, 64, 64});
 }
 
 }  // namespace

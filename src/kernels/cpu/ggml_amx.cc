@@ -24,7 +24,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx512.h"
 
 namespace dfl::cpu::amx {
 
@@ -212,19 +214,7 @@ void run_rows(int64_t R, const GgmlAct& a, int64_t m0, const uint8_t* tile, int6
 // A tiles (tmm0/1): 16 rows × 32 bytes (one block of k); B (tmm2/3): 8 rows × 64 bytes; C
 // (tmm4..7): 16 × 16 int32.
 void configure_ggml_tiles() {
-  struct alignas(64) TileConfig {
-    uint8_t palette_id;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-  } cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = static_cast<uint16_t>(t < 2 ? 32 : 64);
-    cfg.rows[t] = static_cast<uint8_t>(t == 2 || t == 3 ? 8 : 16);
-  }
-  _tile_loadconfig(&cfg);
+  configure_tiles({16, 16, 8, 8, 16, 16, 16, 16}, {32, 32, 64, 64, 64, 64, 64, 64});
 }
 
 // Signed B operands of one tile (K ≤ 32 · kCacheBlocks), per thread.
@@ -241,7 +231,6 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
     const uint8_t* tile = packed + t * nb * kBlockBytes<T>;
     const uint8_t* next = t + 1 < n_tiles ? tile + nb * kBlockBytes<T> : nullptr;
     const int64_t n0 = t * 16;
-    const __mmask16 mk = static_cast<__mmask16>(N - n0 >= 16 ? 0xFFFF : (1u << (N - n0)) - 1);
     // Several 16-row groups: the tile's signed B operands once for all of them.
     const uint8_t* bcache = nullptr;
     if (M > 16 && nb <= kCacheBlocks) {
@@ -251,13 +240,7 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
       const int64_t R = imin(16, M - m0);
       run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, bcache, lanes);
-      for (int64_t r = 0; r < R; ++r) {
-        __m512 l[8];
-        for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(lanes[r][i]);
-        const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
-                                       _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
-        _mm512_mask_storeu_ps(y + (m0 + r) * N + n0, mk, s);
-      }
+      avx512::store_lane_sums(&lanes[0][0][0], R, N - n0, y + m0 * N + n0, N);
     }
   }
 }

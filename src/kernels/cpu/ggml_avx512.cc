@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx512.h"
 
 namespace dfl::cpu::avx512 {
 
@@ -339,16 +340,7 @@ void q4k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, i
         }
       }
     }
-    const int64_t n0 = t * 16;
-    const __mmask16 mk = static_cast<__mmask16>(w.n_out - n0 >= 16 ? 0xFFFF : (1u << (w.n_out - n0)) - 1);
-    for (int64_t m = 0; m < M; ++m) {
-      const float* ap = acc + m * 8 * 16;
-      __m512 l[8];
-      for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
-      const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
-                                     _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
-      _mm512_mask_storeu_ps(y + m * w.n_out + n0, mk, r);
-    }
+    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out);
   }
 }
 
@@ -582,16 +574,7 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
         }
       }
     }
-    const int64_t n0 = t * 16;
-    const __mmask16 mk = static_cast<__mmask16>(w.n_out - n0 >= 16 ? 0xFFFF : (1u << (w.n_out - n0)) - 1);
-    for (int64_t m = 0; m < M; ++m) {
-      const float* ap = acc + m * 8 * 16;
-      __m512 l[8];
-      for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
-      const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
-                                     _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
-      _mm512_mask_storeu_ps(y + m * w.n_out + n0, mk, r);
-    }
+    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out);
   }
 }
 
@@ -623,7 +606,6 @@ namespace {
 template <int MR>
 void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, float* acc) {
   const int64_t ldq = a.K + 256, n16 = a.K / 16;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   __m512i isum[MR];
   for (int r = 0; r < MR; ++r) isum[r] = _mm512_setzero_si512();
   for (int h = 0; h < 2; ++h) {
@@ -636,15 +618,7 @@ void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
           const int lg = 4 * half + l4;
           const __m512i qlv = _mm512_loadu_si512(sb + ((h * 2 + g % 2) * 8 + lg) * 64);
           const __m512i qhv = _mm512_loadu_si512(sb + 2048 + (h * 8 + lg) * 64);
-          const __m512i lo = g < 2 ? _mm512_and_si512(qlv, m4) : _mm512_and_si512(_mm512_srli_epi16(qlv, 4), m4);
-          __m512i hb;
-          switch (g) {
-            case 0: hb = _mm512_slli_epi16(qhv, 4); break;
-            case 1: hb = _mm512_slli_epi16(qhv, 2); break;
-            case 2: hb = qhv; break;
-            default: hb = _mm512_srli_epi16(qhv, 2); break;
-          }
-          const __m512i u = _mm512_or_si512(lo, _mm512_and_si512(hb, m30));
+          const __m512i u = q6k16_values(qlv, qhv, g);
           const int e = 128 * h + 32 * g + 4 * lg;
           for (int r = 0; r < MR; ++r)
             dj[r] = _mm512_dpbusd_epi32(dj[r], u, bcast4i(a.q + (m0 + r) * ldq + 256 * s + e));
@@ -683,16 +657,7 @@ void q6k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, i
         }
       }
     }
-    const int64_t n0 = t * 16;
-    const __mmask16 mk = static_cast<__mmask16>(w.n_out - n0 >= 16 ? 0xFFFF : (1u << (w.n_out - n0)) - 1);
-    for (int64_t m = 0; m < M; ++m) {
-      const float* ap = acc + m * 8 * 16;
-      __m512 l[8];
-      for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
-      const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
-                                     _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
-      _mm512_mask_storeu_ps(y + m * w.n_out + n0, mk, r);
-    }
+    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out);
   }
 }
 

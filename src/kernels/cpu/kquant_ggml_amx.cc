@@ -30,7 +30,9 @@
 // overlap.
 #include <immintrin.h>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx512.h"
 
 namespace dfl::cpu::amx {
 
@@ -45,19 +47,9 @@ inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 // A tiles (tmm0/1) and C tiles of `rows` rows; the tiles in b_tiles (bit t = tmm t) are B tiles of
 // 16 rows. All 64 bytes wide.
 void configure(int rows, unsigned b_tiles) {
-  struct alignas(64) TileConfig {
-    uint8_t palette_id;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-  } cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = static_cast<uint8_t>((b_tiles >> t) & 1 ? 16 : rows);
-  }
-  _tile_loadconfig(&cfg);
+  uint8_t r[8];
+  for (int t = 0; t < 8; ++t) r[t] = static_cast<uint8_t>((b_tiles >> t) & 1 ? 16 : rows);
+  configure_tiles(r, {64, 64, 64, 64, 64, 64, 64, 64});
 }
 
 // ---- Q4_K ------------------------------------------------------------------------------------
@@ -145,7 +137,7 @@ struct Q6K {
   };
 
   static void unpack(const uint8_t* sb, B* b) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), o32 = _mm512_set1_epi8(32);
+    const __m512i o32 = _mm512_set1_epi8(32);
     const __mmask64 odd = 0xAAAAAAAAAAAAAAAAull;
     for (int c = 0; c < 4; ++c) {
       const int h = c / 2;
@@ -157,15 +149,7 @@ struct Q6K {
           const int r = 4 * q + l, g = 2 * (c % 2) + r / 8, lg = r % 8;
           const __m512i qlv = _mm512_loadu_si512(sb + ((h * 2 + g % 2) * 8 + lg) * 64);
           const __m512i qhv = _mm512_loadu_si512(sb + kQh + (h * 8 + lg) * 64);
-          const __m512i lo = g < 2 ? _mm512_and_si512(qlv, m4) : _mm512_and_si512(_mm512_srli_epi16(qlv, 4), m4);
-          __m512i hb;
-          switch (g) {
-            case 0: hb = _mm512_slli_epi16(qhv, 4); break;
-            case 1: hb = _mm512_slli_epi16(qhv, 2); break;
-            case 2: hb = qhv; break;
-            default: hb = _mm512_srli_epi16(qhv, 2); break;
-          }
-          const __m512i v = _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_and_si512(hb, m30)), o32);  // u − 32
+          const __m512i v = _mm512_sub_epi8(avx512::q6k16_values(qlv, qhv, g), o32);  // u − 32
           // P = sc·v of the even and the odd bytes (exact in 16 bits), split into bytes.
           const __m512i pe = _mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8), scw);
           const __m512i po = _mm512_mullo_epi16(_mm512_srai_epi16(v, 8), scw);
@@ -277,16 +261,7 @@ void finish_step(const Step& st, const int32_t* c, const typename F::B& b, const
 
 // y rows [0, M) of output tile t from its lane accumulators.
 void write_tile(const float* acc, int64_t M, int64_t t, int64_t N, float* y) {
-  const int64_t n0 = t * 16;
-  const __mmask16 mk = static_cast<__mmask16>(N - n0 >= 16 ? 0xFFFF : (1u << (N - n0)) - 1);
-  for (int64_t m = 0; m < M; ++m) {
-    const float* ap = acc + m * 8 * 16;
-    __m512 l[8];
-    for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(ap + 16 * i);
-    const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
-                                   _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
-    _mm512_mask_storeu_ps(y + m * N + n0, mk, r);
-  }
+  avx512::store_lane_sums(acc, M, N - t * 16, y + t * 16, N);
 }
 
 // Output tiles [t0, t1) of one thread: its superblocks u = 0 .. (t1 − t0)·ns − 1 are contiguous

@@ -23,6 +23,7 @@
 
 #include <type_traits>
 
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace dfl::cpu::amx {
@@ -127,19 +128,8 @@ void run_rows(int64_t R, const Q8Act& a, int64_t m0, const uint8_t* wt, const fl
 // A tiles (tmm0/1) and C tiles (tmm4..7) of `rows` rows, B tiles (tmm2/3) of 16: a call with
 // M < 16 loads, multiplies and stores only its M rows.
 void configure_q8_tiles(int rows) {
-  struct alignas(64) TileConfig {
-    uint8_t palette_id;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-  } cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = static_cast<uint8_t>(t == 2 || t == 3 ? 16 : rows);
-  }
-  _tile_loadconfig(&cfg);
+  const uint8_t r = static_cast<uint8_t>(rows);
+  configure_tiles({r, r, 16, 16, r, r, r, r}, {64, 64, 64, 64, 64, 64, 64, 64});
 }
 
 }  // namespace

@@ -12,6 +12,37 @@
 namespace dfl::cpu::avx512 {
 namespace {
 
+// The GGML int8 kernels' final sum (kernels/ggml_matmul.cc): per row, the 8 fp32 lane
+// accumulators of 16 outputs, acc[m][lane][16], reduced as ((l0 + l4) + (l1 + l5)) + ((l2 + l6) +
+// (l3 + l7)) into y[m * ldy + 0..15] (the first n_valid outputs).
+static inline void store_lane_sums(const float* acc, int64_t M, int64_t n_valid, float* y, int64_t ldy) {
+  const __mmask16 mk = static_cast<__mmask16>(n_valid >= 16 ? 0xFFFF : (1u << n_valid) - 1);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* ap = acc + m * 8 * 16;
+    __m512 l[8];
+    for (int i = 0; i < 8; ++i) l[i] = _mm512_loadu_ps(ap + 16 * i);
+    const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
+                                   _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
+    _mm512_mask_storeu_ps(y + m * ldy, mk, r);
+  }
+}
+
+// The 6-bit values of the kPackedQ6K16 layout (cpu/ggml_avx512.cc): element group g (0..3) of
+// one ql vector (low nibbles for g < 2, high for g ≥ 2) with its 2 bits 2g, 2g + 1 of qh as
+// bits 4..5.
+static inline __m512i q6k16_values(__m512i qlv, __m512i qhv, int g) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i lo = g < 2 ? _mm512_and_si512(qlv, m4) : _mm512_and_si512(_mm512_srli_epi16(qlv, 4), m4);
+  __m512i hb;
+  switch (g) {
+    case 0: hb = _mm512_slli_epi16(qhv, 4); break;
+    case 1: hb = _mm512_slli_epi16(qhv, 2); break;
+    case 2: hb = qhv; break;
+    default: hb = _mm512_srli_epi16(qhv, 2); break;
+  }
+  return _mm512_or_si512(lo, _mm512_and_si512(hb, _mm512_set1_epi8(0x30)));
+}
+
 // e^x for 16 lanes, |rel err| ≲ 2e-7; inputs below -87.3 give tiny positives (callers mask
 // lanes that must be exactly 0), above 88.3 saturate.
 static inline __m512 exp16(__m512 x) {
