@@ -132,7 +132,7 @@ void Engine::Impl::build() {
 
   // The KV budget: both pools get the same number of pages (a page holds block_slots
   // positions of every full layer); rings are fixed per slot.
-  const int32_t chunk = std::min(256, opts.max_batch_tokens);
+  const int32_t chunk = std::min(SchedulerOptions{}.prefill_chunk, opts.max_batch_tokens);
   KvPoolOptions po;
   po.max_seqs = opts.max_seqs;
   po.max_context = ctx;

@@ -85,9 +85,10 @@ constexpr int64_t kGgmlAmxMinRows = 4;
 constexpr int64_t kGgmlAmxKMinRows = 16;
 
 // Activation quantization (see the top of the file). q: [M, K + 256] (padding zeroed so kernels
-// may read a whole 256-group past a row's last block), d: [M, K / ab], s16: [M, K / 16].
+// may read a whole 256-group past a row's last block), d: [M, K / ab], s16: [M, K / 16];
+// resid (optional): [M, K] the residual rows x − float(q) · d.
 void quantize_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
-                  int32_t* s16, int32_t* s32) {
+                  int32_t* s16, int32_t* s32, float* resid = nullptr) {
   const int64_t ldq = K + 256;
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * K;
@@ -112,7 +113,34 @@ void quantize_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, f
     }
     for (int64_t b = 0; b < K / 32; ++b)
       s32[m * (K / 32) + b] = s16[m * (K / 16) + 2 * b] + s16[m * (K / 16) + 2 * b + 1];
+    if (resid)
+      for (int64_t k = 0; k < K; ++k) {
+        const float dq = static_cast<float>(qr[k]) * d[m * (K / ab) + k / ab];
+        resid[m * K + k] = xr[k] - dq;
+      }
   }
+}
+
+// quantize_act on the ISA level's code, rows split over the pool when there are many.
+void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
+                   int32_t* s16, int32_t* s32, float* resid, IsaLevel isa, ThreadPool& pool) {
+  auto rows = [&](int64_t m0, int64_t m1, int) {
+    const int64_t n = m1 - m0;
+    int8_t* qm = q + m0 * (K + 256);
+    float* dm = d + m0 * (K / ab);
+    int32_t *sm = s16 + m0 * (K / 16), *s32m = s32 + m0 * (K / 32);
+    float* rm = resid ? resid + m0 * K : nullptr;
+    if (isa == IsaLevel::kAvx512) {  // cpu/ggml_quant_avx512.cc: the same bits
+      cpu::avx512::quantize_ggml_act(x + m0 * K, n, K, ab, qm, dm, sm, s32m);
+      if (rm) cpu::avx512::ggml_act_residual(x + m0 * K, qm, dm, n, K, ab, rm);
+    } else {
+      quantize_act(x + m0 * K, n, K, ab, qm, dm, sm, s32m, rm);
+    }
+  };
+  if (M * K >= 16384 && pool.n_threads() > 1)
+    pool.parallel_for(M, rows, 1);
+  else
+    rows(0, M, 0);
 }
 
 inline float reduce8(const float* a) {
@@ -311,18 +339,12 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   grow(dbuf, qrows * (K / ab));
   grow(sbuf, qrows * (K / 16));
   grow(s32buf, qrows * (K / 32));
-  // The quantization: AVX-512 (cpu/ggml_quant_avx512.cc) or scalar, the same bits.
-  auto quantize = [&](const float* xs, int64_t rows, int8_t* q, float* d, int32_t* s16, int32_t* s32) {
-    if (isa == IsaLevel::kAvx512)
-      cpu::avx512::quantize_ggml_act(xs, rows, K, ab, q, d, s16, s32);
-    else
-      quantize_act(xs, rows, K, ab, q, d, s16, s32);
-  };
   if (split) {
     grow(rbuf, chunk * K);
     grow(ybuf, 2 * chunk * w.n_out);
   } else {
-    quantize(x, n_rows, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
+    quantize_rows(x, n_rows, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data(), nullptr,
+                  isa, pool);
   }
   if (amx)  // the pad rows (never used, but loaded by the tiles): zero once per call
     std::memset(qbuf.data() + qrows_used * (K + 256), 0,
@@ -333,20 +355,11 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     float* ym = y + m0 * w.n_out;
     if (split) {
       // q rows [0, Mx), then the residual's q2 rows [Mx, 2Mx).
-      quantize(x + m0 * K, Mx, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data());
-      if (isa == IsaLevel::kAvx512) {
-        cpu::avx512::ggml_act_residual(x + m0 * K, qbuf.data(), dbuf.data(), Mx, K, ab, rbuf.data());
-      } else {
-        for (int64_t m = 0; m < Mx; ++m) {
-          const int8_t* q = qbuf.data() + m * (K + 256);
-          for (int64_t k = 0; k < K; ++k) {
-            const float dq = static_cast<float>(q[k]) * dbuf[m * (K / ab) + k / ab];
-            rbuf[m * K + k] = x[(m0 + m) * K + k] - dq;
-          }
-        }
-      }
-      quantize(rbuf.data(), Mx, qbuf.data() + Mx * (K + 256), dbuf.data() + Mx * (K / ab),
-               sbuf.data() + Mx * (K / 16), s32buf.data() + Mx * (K / 32));
+      quantize_rows(x + m0 * K, Mx, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data(),
+                    rbuf.data(), isa, pool);
+      quantize_rows(rbuf.data(), Mx, K, ab, qbuf.data() + Mx * (K + 256),
+                    dbuf.data() + Mx * (K / ab), sbuf.data() + Mx * (K / 16),
+                    s32buf.data() + Mx * (K / 32), nullptr, isa, pool);
       M = 2 * Mx;
       q0 = 0;
       ym = ybuf.data();

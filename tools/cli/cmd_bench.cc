@@ -26,6 +26,7 @@
 #include "bench_proposers.h"
 #include "engine/calibrate.h"
 #include "engine/generator.h"
+#include "engine/scheduler.h"
 #include "model/dflash_draft.h"
 #include "model/gdn.h"
 #include "spec/dflash_proposer.h"
@@ -329,7 +330,9 @@ int cmd_bench(int argc, char** argv) {
   int32_t max_pp = 0;
   for (int32_t n : pps) max_pp = std::max(max_pp, n);
   const int32_t kSpecPrompt = 32;
-  lo.max_block = max_b;
+  // The ring slack of sliding-window layers bounds the rows of one forward: the engine's
+  // prefill chunk, as `dflash run` / `serve` load it, so ppN measures what they prefill with.
+  lo.max_block = std::max(max_b, SchedulerOptions{}.prefill_chunk);
   lo.max_context = std::max({max_pp + 8, vctx + max_b + 8, tg + 8,
                              kSpecPrompt + std::max(tg, tg_proj) + 2 * max_b + 8});
   note("loading " + args.str("--model") + (wfmt == WeightsFormat::kQ8 ? " (quantizing to q8)" : ""));
@@ -762,6 +765,9 @@ int cmd_bench(int argc, char** argv) {
                     fmt("max abs error %.4f", mx) + fmt(", top-1 agreement %.0f%%", 100.0 * agree / n)});
   }
   J["loadavg_end"] = loadavg();
+  // A GGUF file's quantized types are kept as stored unless --weights q8 (the bf16 default names
+  // the HF-folder path).
+  if (tc.gguf && wname != "q8") J["weights"] = "as stored (GGUF)";
 
   if (args.has("--json-out")) {
     std::ofstream out(args.str("--json-out"));
@@ -774,9 +780,7 @@ int cmd_bench(int argc, char** argv) {
   }
   std::printf("## dflash bench: %s%s\n\n", args.str("--model").c_str(),
               args.has("--draft") ? (" + " + args.str("--draft")).c_str() : "");
-  // A GGUF file's quantized types are kept as stored unless --weights q8 (the bf16 default names
-  // the HF-folder path).
-  const std::string wlabel = tc.gguf && wname != "q8" ? "as stored (GGUF)" : wname;
+  const std::string wlabel = J["weights"].get<std::string>();
   std::printf("%s | %s | %d threads | weights %s | %s | load avg %s → %s\n", J["cpu"].get<std::string>().c_str(),
               J["isa"].get<std::string>().c_str(), threads, wlabel.c_str(), J["date"].get<std::string>().c_str(),
               J["loadavg_start"].get<std::string>().c_str(), J["loadavg_end"].get<std::string>().c_str());

@@ -104,7 +104,7 @@ DFL_GGML_PRODUCT(3, 1, 3, 7)
 // row into lanes[R][8][16]. next_tile (or nullptr): the following tile, prefetched block by block.
 template <int T, int R>
 void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
-               const uint8_t* next_tile, float (*lanes)[8][16]) {
+               const uint8_t* next_tile, const uint8_t* bcache, float (*lanes)[8][16]) {
   constexpr int64_t BB = kBlockBytes<T>;
   const int64_t ldq = a.K + 256;
   const int8_t* xq = a.q + m0 * ldq;
@@ -129,7 +129,7 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
       const char* pf = reinterpret_cast<const char*>(next_tile + b * BB);
       for (int64_t o = 0; o < BB; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
     }
-    block_product<J>(xq + 32 * b, ldq, b_operand<T>(tile + b * BB, ub[J]));
+    block_product<J>(xq + 32 * b, ldq, bcache ? bcache + 512 * b : b_operand<T>(tile + b * BB, ub[J]));
   };
   auto finish = [&](int64_t i, int32_t (*cb)[16]) {
     const int64_t b = seq(i);
@@ -169,15 +169,15 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
 
 template <int T>
 void run_rows(int64_t R, const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
-              const uint8_t* next, float (*lanes)[8][16]) {
+              const uint8_t* next, const uint8_t* bcache, float (*lanes)[8][16]) {
   switch (R) {
 #define DFL_GGML_ROWS(r) \
-  case r: return tile_rows<T, r>(a, m0, tile, nb, next, lanes);
+  case r: return tile_rows<T, r>(a, m0, tile, nb, next, bcache, lanes);
     DFL_GGML_ROWS(1) DFL_GGML_ROWS(2) DFL_GGML_ROWS(3) DFL_GGML_ROWS(4) DFL_GGML_ROWS(5)
     DFL_GGML_ROWS(6) DFL_GGML_ROWS(7) DFL_GGML_ROWS(8) DFL_GGML_ROWS(9) DFL_GGML_ROWS(10)
     DFL_GGML_ROWS(11) DFL_GGML_ROWS(12) DFL_GGML_ROWS(13) DFL_GGML_ROWS(14) DFL_GGML_ROWS(15)
 #undef DFL_GGML_ROWS
-    default: return tile_rows<T, 16>(a, m0, tile, nb, next, lanes);
+    default: return tile_rows<T, 16>(a, m0, tile, nb, next, bcache, lanes);
   }
 }
 
@@ -199,6 +199,10 @@ void configure_ggml_tiles() {
   _tile_loadconfig(&cfg);
 }
 
+// Unpacked B operands of one tile (Q4_0 / Q5_0, K ≤ 32 · kCacheBlocks), per thread.
+constexpr int64_t kCacheBlocks = 128;
+alignas(64) thread_local uint8_t g_bcache[kCacheBlocks * 512];
+
 template <int T>
 void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0,
                   int64_t t1) {
@@ -210,9 +214,15 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
     const uint8_t* next = t + 1 < n_tiles ? tile + nb * kBlockBytes<T> : nullptr;
     const int64_t n0 = t * 16;
     const __mmask16 mk = static_cast<__mmask16>(N - n0 >= 16 ? 0xFFFF : (1u << (N - n0)) - 1);
+    // Several 16-row groups: unpack the tile's B operands once for all of them.
+    const uint8_t* bcache = nullptr;
+    if (T != kQ8_0 && M > 16 && nb <= kCacheBlocks) {
+      for (int64_t b = 0; b < nb; ++b) b_operand<T>(tile + b * kBlockBytes<T>, g_bcache + 512 * b);
+      bcache = g_bcache;
+    }
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
       const int64_t R = imin(16, M - m0);
-      run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, lanes);
+      run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, bcache, lanes);
       for (int64_t r = 0; r < R; ++r) {
         __m512 l[8];
         for (int i = 0; i < 8; ++i) l[i] = _mm512_load_ps(lanes[r][i]);
