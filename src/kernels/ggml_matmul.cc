@@ -80,8 +80,9 @@ bool is_k_type(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == 
 // for the layout (bench/bench_matmul 'Gemma/': below it the VNNI kernels are as fast).
 constexpr int64_t kGgmlAmxMinRows = 4;
 // ... for the K formats (kPackedQ4K16 / kPackedQ6K16: each superblock's B tiles are built per
-// call, so AMX pays off from more rows; cpu/kquant_ggml_amx.cc).
-constexpr int64_t kGgmlAmxKMinRows = 8;
+// call, so AMX pays off from more rows; bench/bench_ggml_kernels at 2 threads: slower than VNNI
+// at 8 rows, even at 16, 1.4-1.9x faster at 32-64; cpu/kquant_ggml_amx.cc).
+constexpr int64_t kGgmlAmxKMinRows = 16;
 
 // Activation quantization (see the top of the file). q: [M, K + 256] (padding zeroed so kernels
 // may read a whole 256-group past a row's last block), d: [M, K / ab], s16: [M, K / 16];

@@ -161,10 +161,11 @@ TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
       const auto wb = random_blocks(t, N, K, 21 + static_cast<uint32_t>(N));
       const WeightMatrix w = ggml_weight(t, N, K, wb.data());
       const PackedWeight pw = prepack_weight(w, &p2);
-      if (cpu_isa() == IsaLevel::kAvx512 && mode != GgmlActivations::kFp32)
+      if (cpu_isa() == IsaLevel::kAvx512 && mode != GgmlActivations::kFp32) {
         EXPECT_EQ(pw.matrix().packed_format,
                   t == DType::kQ4_K ? kPackedQ4K16 : t == DType::kQ6_K ? kPackedQ6K16 : kPackedQ32x16);
-      // M ≥ 4 (K formats: ≥ 8) int8 rows take the AMX-INT8 kernels where usable (DFL_AMX=0:
+      }
+      // M ≥ 4 (K formats: ≥ 16) int8 rows take the AMX-INT8 kernels where usable (DFL_AMX=0:
       // VNNI), up to 64 rows per call: 48 and 64 fill it, 33 splits it.
       for (int64_t M : {1, 2, 3, 5, 16, 17, 33, 48, 64}) {
         const auto x = test::randn(static_cast<size_t>(M * K), 17);

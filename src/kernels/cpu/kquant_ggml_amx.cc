@@ -11,7 +11,7 @@
 //    packed nibble bytes by sl in both 16-bit halves of a lane makes two B bytes at once.
 //    msum = Σ_j m_j·s32_j is a vpdpwssd per pair of sub-blocks on the vector units.
 //  * Q6_K: P = sc·(u − 32) ∈ [−4064, 4096] (the −32·Σq correction folded in) is formed exactly in
-//    16 bits (even and odd bytes separately), P = 256·P_hi + P_lo with P_lo ∈ [0, 255] (u8,
+//    16 bits (even and odd bytes by vpmaddubsw), P = 256·P_hi + P_lo with P_lo ∈ [0, 255] (u8,
 //    tdpbsud) and P_hi ∈ [−16, 16] (s8, tdpbssd); isum = C_lo + 256·C_hi.
 // All integer sums are exact in int32 whatever unit adds them, so isum / msum equal the spec's;
 // the fp part per (row, output) is then the spec's, superblock s into lane s % 8 in s order:
@@ -137,22 +137,28 @@ struct Q6K {
   };
 
   static void unpack(const uint8_t* sb, B* b) {
-    const __m512i o32 = _mm512_set1_epi8(32);
     const __mmask64 odd = 0xAAAAAAAAAAAAAAAAull;
     for (int c = 0; c < 4; ++c) {
       const int h = c / 2;
       for (int q = 0; q < 4; ++q) {
         const int j = 4 * c + q;
         const __m512i s = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kSc + 16 * j)));
-        const __m512i scw = _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s, 16));
+        // sc as the bytes [sc, 0, sc, 0] (even-byte multiplier of vpmaddubsw), [0, sc, 0, sc]
+        // (odd), and 32·sc in both 16-bit halves.
+        const __m512i sb8 = _mm512_and_si512(s, _mm512_set1_epi32(0xFF));
+        const __m512i sce = _mm512_or_si512(sb8, _mm512_slli_epi32(sb8, 16));
+        const __m512i sco = _mm512_slli_epi16(sce, 8);
+        const __m512i sc32 = _mm512_slli_epi16(
+            _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s, 16)), 5);
         for (int l = 0; l < 4; ++l) {
           const int r = 4 * q + l, g = 2 * (c % 2) + r / 8, lg = r % 8;
           const __m512i qlv = _mm512_loadu_si512(sb + ((h * 2 + g % 2) * 8 + lg) * 64);
           const __m512i qhv = _mm512_loadu_si512(sb + kQh + (h * 8 + lg) * 64);
-          const __m512i v = _mm512_sub_epi8(avx512::q6k16_values(qlv, qhv, g), o32);  // u − 32
-          // P = sc·v of the even and the odd bytes (exact in 16 bits), split into bytes.
-          const __m512i pe = _mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8), scw);
-          const __m512i po = _mm512_mullo_epi16(_mm512_srai_epi16(v, 8), scw);
+          const __m512i u = avx512::q6k16_values(qlv, qhv, g);
+          // P = sc·(u − 32) = u·sc − 32·sc of the even and the odd bytes (exact in 16 bits:
+          // |u·sc| ≤ 8064, one of vpmaddubsw's two products is 0), split into bytes.
+          const __m512i pe = _mm512_sub_epi16(_mm512_maddubs_epi16(u, sce), sc32);
+          const __m512i po = _mm512_sub_epi16(_mm512_maddubs_epi16(u, sco), sc32);
           _mm512_store_si512(b->lo[c] + 64 * r, _mm512_mask_blend_epi8(odd, pe, _mm512_slli_epi16(po, 8)));
           _mm512_store_si512(b->hi[c] + 64 * r, _mm512_mask_blend_epi8(odd, _mm512_srli_epi16(pe, 8), po));
         }
