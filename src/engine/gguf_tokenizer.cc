@@ -49,4 +49,9 @@ GgufSpecialIds gguf_special_ids(const GgufFile& f) {
   return s;
 }
 
+std::vector<int32_t> gguf_eog_ids(const GgufFile& f, const Tokenizer& tok) {
+  if (f.get_string_or("tokenizer.ggml.model", "") != "gemma4") return {};
+  return llamacpp::gemma4_eog_ids([&](std::string_view name) { return tok.piece_to_id(name); });
+}
+
 }  // namespace dfl
