@@ -1,6 +1,7 @@
 // Tokenizers from plain vocabulary data (as GGUF files store it: tokenizer.ggml.*), turned into
 // the same components a Hugging Face tokenizer.json describes, so Tokenizer::from_vocab() encodes
-// exactly like HF `tokenizers` loading the checkpoint's own tokenizer.json.
+// exactly like HF `tokenizers` loading the checkpoint's own tokenizer.json (llama, gpt2) or, for
+// gemma4, exactly like llama.cpp loading the GGUF (the file is what defines that model).
 //
 //   model "llama" (SentencePiece BPE with scores, byte fallback <0xXX>): BPE with
 //     byte_fallback and fuse_unk, merges rebuilt from the scores exactly as HF's converter
