@@ -31,7 +31,7 @@ struct GgufSpecialIds {
 GgufSpecialIds gguf_special_ids(const GgufFile& f);
 
 // Ids generation ends on beyond eos / eot, by token name, as llama.cpp decides them: for a
-// tokenizer.ggml.model "gemma4" file llamacpp::gemma4_eog_ids (<eos>, <turn|>,
+// gemma4 tokenizer (llamacpp::is_gemma4_tokenizer) llamacpp::gemma4_eog_ids (<eos>, <turn|>,
 // <|tool_response>, <end_of_turn>, ...); empty for other models. `tok`: the file's tokenizer.
 std::vector<int32_t> gguf_eog_ids(const GgufFile& f, const Tokenizer& tok);
 

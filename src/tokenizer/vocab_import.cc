@@ -105,7 +105,7 @@ std::vector<tok::BpeSource::Merge> parse_merges(const TokenizerVocab& v) {
 std::vector<int32_t> effective_types(const TokenizerVocab& v) {
   std::vector<int32_t> t(v.tokens.size(), 1);
   for (size_t i = 0; i < v.token_types.size(); ++i) t[i] = v.token_types[i];
-  if (v.model != "gemma4") return t;
+  if (!llamacpp::is_gemma4_tokenizer(v.model, v.pre)) return t;
   const bool tool_response =
       std::find(v.tokens.begin(), v.tokens.end(), "<|tool_response>") != v.tokens.end();
   for (size_t i = 0; i < v.tokens.size(); ++i) {
@@ -151,6 +151,10 @@ constexpr std::string_view kOtherControlNames[] = {
     "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
     "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"};
 
+bool is_gemma4_tokenizer(std::string_view model, std::string_view pre) {
+  return model == "gemma4" || (model == "gpt2" && (pre == "gemma4" || pre == "granite-embed-multi-311m"));
+}
+
 bool is_eog_name(std::string_view text) {
   return std::find(std::begin(kEogNames), std::end(kEogNames), text) != std::end(kEogNames);
 }
@@ -176,6 +180,7 @@ std::vector<int32_t> gemma4_eog_ids(const std::function<int32_t(std::string_view
 
 Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
   check_vocab(v);
+  const bool gemma4 = llamacpp::is_gemma4_tokenizer(v.model, v.pre);
   const std::vector<int32_t> types = effective_types(v);
   json root = json::object();
   tok::BpeSource bpe;
@@ -249,7 +254,7 @@ Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
                                {"behavior", "MergedWithPrevious"}, {"invert", false}};
     }
     root["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
-  } else if (v.model == "gpt2") {
+  } else if (v.model == "gpt2" && !gemma4) {
     bpe.merges = parse_merges(v);
     root["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
                      {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
@@ -263,9 +268,9 @@ Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
                                         {"behavior", "Isolated"}, {"invert", false}},
                                        bl})}};
     root["decoder"] = bl;
-  } else if (v.model == "gemma4") {
-    // tokenizer.ggml.pre is not read: llama.cpp sets it to gemma4 for this model whatever the
-    // file says; scores are unused (the merges are given).
+  } else if (gemma4) {
+    // Model gemma4: tokenizer.ggml.pre is not read (llama.cpp sets it to gemma4 whatever the
+    // file says); model gpt2 with that pre is the same tokenizer. Scores are unused.
     bpe.merges = parse_merges(v);
     root["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
                      {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
@@ -287,17 +292,17 @@ Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
     const int t = type_of(i);
     // Added-only tokens of byte-level vocabularies ([PAD…] fillers, specials) stay out of the
     // BPE vocab, as in HF; SentencePiece vocabularies keep every piece.
-    if (v.model == "gpt2" && (t == 3 || t == 4 || t == 5)) continue;
+    if (v.model == "gpt2" && !gemma4 && (t == 3 || t == 4 || t == 5)) continue;
     bpe.vocab.emplace_back(toks[i], static_cast<int64_t>(i));
   }
   root["added_tokens"] = added_tokens(types, toks);
   TokenizerVocab flags = {};
   flags.bos_id = v.bos_id;
   flags.eos_id = v.eos_id;
-  flags.add_bos = v.add_bos || v.model == "gemma4";  // llama.cpp PR 21500: forced for gemma4
+  flags.add_bos = v.add_bos || gemma4;  // llama.cpp PR 21500: forced for gemma4
   flags.add_eos = v.add_eos;
   json post = template_processor(flags, toks);
-  if (v.model == "gpt2" && post.is_null())
+  if (v.model == "gpt2" && !gemma4 && post.is_null())
     post = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
             {"use_regex", false}};
   root["post_processor"] = post;

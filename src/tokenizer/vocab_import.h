@@ -24,6 +24,7 @@
 //     add_space_prefix and the scores are not read (llama.cpp ignores them for this model).
 //     Token types get llama.cpp's text overrides (llamacpp::is_control_name → CONTROL; "</s>" →
 //     NORMAL when "<|tool_response>" exists), so specials split the text as in llama.cpp.
+//     Model "gpt2" with tokenizer.ggml.pre "gemma4" is the same tokenizer (is_gemma4_tokenizer).
 // Control (3), unknown (2) and user-defined (4) tokens become added tokens (normalized=false);
 // control and unknown ones are "special" (skipped by decode(…, true)); user-defined ones not.
 // add_bos / add_eos become the post-processor template (encode(…, add_special_tokens=true)).
@@ -52,6 +53,9 @@ struct TokenizerVocab {
 
 // llama.cpp's rules by token text (llama-vocab.cpp, mainline Aug 2026), in one place.
 namespace llamacpp {
+// llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4 tokenizer: model "gemma4" (any pre), or model "gpt2"
+// with pre "gemma4" / "granite-embed-multi-311m" (the same code path in llama.cpp).
+bool is_gemma4_tokenizer(std::string_view model, std::string_view pre);
 // A name llama.cpp ends generation on (its special_eog_ids text list: <eos>, <end_of_turn>,
 // <turn|>, <|tool_response>, </s>, <|im_end|>, ..., and the FIM pad / repo / file-sep names).
 bool is_eog_name(std::string_view text);

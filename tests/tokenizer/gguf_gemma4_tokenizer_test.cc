@@ -6,8 +6,8 @@
 //    rebuilt here from ../shared/data/tokenizers/gemma3/tokenizer.json and the recorded token
 //    types, and checked against the recorded hashes of the lists llama.cpp read (skipped when the
 //    shared file is absent);
-//  * two tiny hand-made vocabularies (newline runs, "</s>" / "<|tool_response>", byte fallback,
-//    forced BOS), rebuilt from the lists in the fixture (always run).
+//  * three tiny hand-made vocabularies (newline runs, "</s>" / "<|tool_response>", byte fallback,
+//    forced BOS; model gpt2 with pre gemma4), rebuilt from the lists in the fixture (always run).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,6 +42,7 @@ std::string fnv1a64(const std::vector<std::string>& items) {
 }
 
 struct Vocab {
+  std::string model = "gemma4", pre;  // pre "" = key absent (as llama.cpp's converter writes it)
   std::vector<std::string> tokens, merges;
   std::vector<int32_t> types;
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
@@ -51,7 +52,8 @@ struct Vocab {
 std::string gemma4_gguf(const Vocab& v) {
   test::GgufBuilder b;
   b.kv_str("general.architecture", "gemma4");
-  b.kv_str("tokenizer.ggml.model", "gemma4");
+  b.kv_str("tokenizer.ggml.model", v.model);
+  if (!v.pre.empty()) b.kv_str("tokenizer.ggml.pre", v.pre);
   b.kv_str_array("tokenizer.ggml.tokens", v.tokens);
   b.kv_array<float>("tokenizer.ggml.scores", 6, std::vector<float>(v.tokens.size(), -1000.0f));
   b.kv_array<int32_t>("tokenizer.ggml.token_type", 5, v.types);
@@ -108,9 +110,11 @@ size_t compare_lines(const Tokenizer& tok, const json& lines, const json& ids, c
 
 TEST(GgufGemma4Tokenizer, TinyVocabsMatchLlamaCpp) {
   const json& o = oracle();
-  ASSERT_EQ(o["tiny"].size(), 2u);
+  ASSERT_EQ(o["tiny"].size(), 3u);
   for (const json& t : o["tiny"]) {
     Vocab v;
+    v.model = t["model"].get<std::string>();
+    v.pre = t["pre"].get<std::string>();
     v.tokens = t["tokens"].get<std::vector<std::string>>();
     v.types = t["types"].get<std::vector<int32_t>>();
     v.merges = t["merges"].get<std::vector<std::string>>();
@@ -123,7 +127,7 @@ TEST(GgufGemma4Tokenizer, TinyVocabsMatchLlamaCpp) {
     const GgufFile f(path);
     const Tokenizer tok = gguf_tokenizer(f);
     const bool tool_response = tok.piece_to_id("<|tool_response>") >= 0;
-    const std::string what = tool_response ? "tiny gemma4 + <|tool_response>" : "tiny gemma4";
+    const std::string what = "tiny " + v.model + " pre " + v.pre + (tool_response ? " + <|tool_response>" : "");
     EXPECT_EQ(compare_lines(tok, t["lines"], t["ids"], t["ids_special"], t["pieces"], v.bos, what), 0u);
     EXPECT_EQ(our_eog(f, tok), t["eog"].get<std::vector<int32_t>>()) << what;
     // "</s>" is a control token (special) unless "<|tool_response>" exists.

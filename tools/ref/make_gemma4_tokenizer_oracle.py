@@ -21,8 +21,8 @@
      special  per line: null when ids_special == [bos] + ids, else llama.cpp's ids_special;
      pieces   per line: null when the pieces text equals the line, else that text;
      eog      every id llama_vocab_is_eog reports (driver mode eog);
-     tiny     two hand-made gemma4 vocabularies (with and without "<|tool_response>": the "</s>"
-              rule; a newline run that is a token no merge makes: the PR 21343 rule; byte
+     tiny     three hand-made vocabularies: model gemma4 with and without "<|tool_response>" (the
+              "</s>" rule), model gpt2 with pre gemma4 (llama.cpp's same code path); a newline run that is a token no merge makes: the PR 21343 rule; byte
               fallback; add_bos_token false, which llama.cpp overrides) written by gguf-py, with
               their tokens / types / merges and llama.cpp's ids, ids_special, pieces and eog
               for a few lines (needs no shared data).
@@ -100,7 +100,7 @@ TINY_LINES = ["hello hello", "\n", "\n\n\n", "\n\n\n\n", "\n\n\n\n\n\n\n", "a\n\
               " \n ", "", "</s>"]
 
 
-def tiny_vocab(tool_response: bool) -> dict:
+def tiny_vocab(tool_response: bool, model: str) -> dict:
     toks = [("<pad>", 3), ("<eos>", 1), ("<bos>", 3), ("<unk>", 3)]
     toks += [(f"<0x{b:02X}>", 6) for b in range(256)]
     toks += [(t, 1) for t in ["\n", "\n\n", "\n\n\n", "\u2581", "h", "e", "l", "o", "he", "ll", "hell",
@@ -109,14 +109,14 @@ def tiny_vocab(tool_response: bool) -> dict:
     if tool_response:
         toks += [("<|tool_response>", 1)]
     merges = ["\n \n", "h e", "l l", "he ll", "hell o", "\u2581 hello", "\u2581 \u2581"]
-    return {"tokens": [t for t, _ in toks], "types": [k for _, k in toks], "merges": merges,
+    return {"model": model, "pre": "gemma4", "tokens": [t for t, _ in toks], "types": [k for _, k in toks], "merges": merges,
             "bos": 2, "eos": 1, "add_bos_token": False}
 
 
 def write_tiny_gguf(v: dict, path: Path) -> None:
     w = gguf.GGUFWriter(str(path), "gemma4")
-    w.add_tokenizer_model("gemma4")
-    w.add_tokenizer_pre("gemma4")
+    w.add_tokenizer_model(v["model"])
+    w.add_tokenizer_pre(v["pre"])
     w.add_token_list(v["tokens"])
     w.add_token_scores([0.0] * len(v["tokens"]))
     w.add_token_types(v["types"])
@@ -173,8 +173,8 @@ def main() -> None:
         res, _ = run_driver(driver, model, corpus)
         eog = eog_ids(driver, model)
         tiny = []
-        for tool_response in (False, True):
-            v = tiny_vocab(tool_response)
+        for tool_response, model_name in ((False, "gemma4"), (True, "gemma4"), (False, "gpt2")):
+            v = tiny_vocab(tool_response, model_name)
             write_tiny_gguf(v, tmp / "tiny.gguf")
             r, _ = run_driver(driver, tmp / "tiny.gguf", TINY_LINES)
             v.update({"lines": TINY_LINES, "ids": [x["ids"] for x in r], "ids_special": [x["ids_special"] for x in r],
