@@ -91,8 +91,8 @@ std::vector<tok::BpeSource::Merge> parse_merges(const TokenizerVocab& v) {
   out.reserve(v.merges.size());
   for (size_t i = 0; i < v.merges.size(); ++i) {
     const std::string& m = v.merges[i];
-    const size_t sp = m.find(' ');
-    DFL_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < m.size(), "gguf '", v.origin,
+    const size_t sp = m.find(' ', 1);  // as llama.cpp splits it: a left part may be " "
+    DFL_CHECK(sp != std::string::npos && sp + 1 < m.size(), "gguf '", v.origin,
               "': tokenizer.ggml.merges entry ", i, " is not \"left right\"");
     out.push_back({m.substr(0, sp), m.substr(sp + 1), false});
   }
