@@ -63,9 +63,9 @@ json added_tokens(const std::vector<int32_t>& types, const std::vector<std::stri
   return out;
 }
 
-json template_processor(const TokenizerVocab& v, const std::vector<std::string>& toks) {
+json template_processor(const TokenizerVocab& v, bool add_bos, const std::vector<std::string>& toks) {
   auto ok = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < toks.size(); };
-  const bool bos = v.add_bos && ok(v.bos_id), eos = v.add_eos && ok(v.eos_id);
+  const bool bos = add_bos && ok(v.bos_id), eos = v.add_eos && ok(v.eos_id);
   if (!bos && !eos) return nullptr;
   json single = json::array(), pair = json::array(), special = json::object();
   auto sp = [&](int32_t id, int type_id) {
@@ -296,12 +296,8 @@ Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
     bpe.vocab.emplace_back(toks[i], static_cast<int64_t>(i));
   }
   root["added_tokens"] = added_tokens(types, toks);
-  TokenizerVocab flags = {};
-  flags.bos_id = v.bos_id;
-  flags.eos_id = v.eos_id;
-  flags.add_bos = v.add_bos || gemma4;  // llama.cpp PR 21500: forced for gemma4
-  flags.add_eos = v.add_eos;
-  json post = template_processor(flags, toks);
+  // add_bos: llama.cpp PR 21500 forces it for gemma4.
+  json post = template_processor(v, v.add_bos || gemma4, toks);
   if (v.model == "gpt2" && !gemma4 && post.is_null())
     post = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
             {"use_regex", false}};
