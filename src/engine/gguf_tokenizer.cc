@@ -49,4 +49,11 @@ GgufSpecialIds gguf_special_ids(const GgufFile& f) {
   return s;
 }
 
+std::vector<int32_t> gguf_eog_ids(const GgufFile& f, const Tokenizer& tok) {
+  if (!llamacpp::is_gemma4_tokenizer(f.get_string_or("tokenizer.ggml.model", ""),
+                                     f.get_string_or("tokenizer.ggml.pre", "")))
+    return {};
+  return llamacpp::gemma4_eog_ids([&](std::string_view name) { return tok.piece_to_id(name); });
+}
+
 }  // namespace dfl

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "io/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -28,5 +29,10 @@ struct GgufSpecialIds {
   int32_t bos = -1, eos = -1, eot = -1, unk = -1, pad = -1;
 };
 GgufSpecialIds gguf_special_ids(const GgufFile& f);
+
+// Ids generation ends on beyond eos / eot, by token name, as llama.cpp decides them: for a
+// gemma4 tokenizer (llamacpp::is_gemma4_tokenizer) llamacpp::gemma4_eog_ids (<eos>, <turn|>,
+// <|tool_response>, <end_of_turn>, ...); empty for other models. `tok`: the file's tokenizer.
+std::vector<int32_t> gguf_eog_ids(const GgufFile& f, const Tokenizer& tok);
 
 }  // namespace dfl

@@ -44,6 +44,7 @@ ModelAssets load_gguf_assets(const std::string& gguf_path, const std::string& fo
     // Gemma's chat end token, when the vocabulary has it.
     const int32_t eot = a.tokenizer->piece_to_id("<end_of_turn>");
     if (eot >= 0) add_id(a.eos_ids, eot);
+    for (int32_t id : gguf_eog_ids(f, *a.tokenizer)) add_id(a.eos_ids, id);
   }
   return a;
 }

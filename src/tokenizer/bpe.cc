@@ -84,6 +84,7 @@ Bpe::Bpe(const json& m, BpeSource src) {
   fuse_unk_ = optional_bool(m, "fuse_unk");
   byte_fallback_ = optional_bool(m, "byte_fallback");
   ignore_merges_ = optional_bool(m, "ignore_merges");
+  ignore_merges_runs_of_ = optional_string(m, "ignore_merges_runs_of").value_or("");
   if (unk_token_) {
     DFL_CHECK(vocab_.find(*unk_token_) >= 0, "tokenizer.json: model.unk_token '", *unk_token_,
               "' is not in the vocab");
@@ -143,7 +144,8 @@ bool Bpe::id_to_token(int32_t id, std::string_view& token) const {
 
 void Bpe::tokenize(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  if (ignore_merges_) {
+  if (ignore_merges_ ||
+      (!ignore_merges_runs_of_.empty() && word.find_first_not_of(ignore_merges_runs_of_) == std::string_view::npos)) {
     const int32_t id = token_to_id(word);
     if (id >= 0) {
       out.push_back(id);

@@ -4,6 +4,10 @@
 // pre-tokenized word (dropout must be null/0): per-character symbols (with
 // continuing_subword_prefix / end_of_word_suffix), byte_fallback to <0xNN> tokens, unk handling
 // with fuse_unk, then merges applied lowest rank first (ties: leftmost), and ignore_merges.
+// One extension beyond HF (no tokenizer.json has it; vocab_import.cc sets it for llama.cpp's
+// gemma4 vocabularies): model.ignore_merges_runs_of = "<chars>": a word made only of these
+// characters that is itself a vocab token is that token, merges skipped (ignore_merges for
+// those words only; llama.cpp PR 21343 does this for runs of "\n").
 // Loading validates everything it later relies on: a malformed model throws dfl::Error.
 // Thread safety: tokenize() is const and may be called concurrently (the cache is locked).
 #pragma once
@@ -61,6 +65,7 @@ class Bpe {
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
+  std::string ignore_merges_runs_of_;  // extension, see the header comment ("" = off)
   int32_t byte_ids_[256];  // id of "<0xNN>" or -1; only used with byte_fallback
 
   // Word -> ids cache, like HF's (bounded; words of 256+ bytes are not cached).

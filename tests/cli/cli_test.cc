@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/golden.h"
+#include "io/gguf_builder.h"
 
 namespace dfl::test {
 namespace {
@@ -184,6 +185,37 @@ TEST(Cli, TokenizeJson) {
   ASSERT_FALSE(j["ids"].empty());
   EXPECT_EQ(j["ids"][0].get<int>(), 507);  // the added special token, matched before BPE
   EXPECT_EQ(j["pieces"][0].get<std::string>(), "<|im_start|>");
+}
+
+// A llama.cpp gemma4 vocabulary GGUF (the tiny one of tests/fixtures/gguf/gemma4_tokenizer_llamacpp.json,
+// written here from its lists): `dflash tokenize --model FILE.gguf --special` gives llama.cpp's ids.
+TEST(Cli, TokenizeGemma4Gguf) {
+  const auto o = nlohmann::json::parse(read_text(fixture("gguf/gemma4_tokenizer_llamacpp.json")));
+  const auto& t = o["tiny"][0];
+  GgufBuilder b;
+  b.kv_str("general.architecture", "gemma4");
+  b.kv_str("tokenizer.ggml.model", "gemma4");
+  b.kv_str_array("tokenizer.ggml.tokens", t["tokens"].get<std::vector<std::string>>());
+  b.kv_array<int32_t>("tokenizer.ggml.token_type", 5, t["types"].get<std::vector<int32_t>>());
+  b.kv_str_array("tokenizer.ggml.merges", t["merges"].get<std::vector<std::string>>());
+  b.kv_u32("tokenizer.ggml.bos_token_id", t["bos"].get<uint32_t>());
+  b.kv_u32("tokenizer.ggml.eos_token_id", t["eos"].get<uint32_t>());
+  b.kv_bool("tokenizer.ggml.add_bos_token", false);  // llama.cpp forces BOS for gemma4
+  TempDir dir;
+  const std::string gguf = dir.str() + "/tiny.gguf", text = dir.str() + "/text.txt";
+  std::ofstream(gguf, std::ios::binary) << b.build();
+  const size_t n = t["lines"].size();
+  size_t ran = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string line = t["lines"][i].get<std::string>();
+    if (line.find("<eos>") == std::string::npos && line.find("\n\n") == std::string::npos) continue;
+    std::ofstream(text, std::ios::binary) << line;
+    ++ran;
+    const Proc p = run_dflash("tokenize --model " + gguf + " --file " + text + " --special --json");
+    ASSERT_EQ(p.rc, 0) << p.err;
+    EXPECT_EQ(nlohmann::json::parse(p.out)["ids"], t["ids_special"][i]) << nlohmann::json(line).dump();
+  }
+  EXPECT_EQ(ran, 5u);  // "<eos>hello</s><turn|>" and four lines with newline runs
 }
 
 // Hybrid targets: layer kinds, recurrent state bytes and the full-layer KV per token; drafters:

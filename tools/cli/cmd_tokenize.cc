@@ -13,7 +13,7 @@ namespace dfl::cli {
 
 namespace {
 const std::vector<FlagSpec> kFlags = {
-    {"--model", "DIR", "model folder holding tokenizer.json"},
+    {"--model", "DIR", "model folder holding tokenizer.json, or a GGUF file (its vocabulary)"},
     {"--text", "TEXT", "text to tokenize"},
     {"--file", "F", "read the text from a file"},
     {"--special", "", "add the tokenizer's special tokens (e.g. BOS) like add_special_tokens=True"},

@@ -3,6 +3,11 @@
 // llama.cpp itself computes, as JSON lines, for the oracle fixtures:
 //   llamacpp_driver tokenize MODEL.gguf < lines.jsonl   — per input line {"text": s}:
 //       {"ids": [...]} = llama_tokenize(s, add_special = false, parse_special = true)
+//   llamacpp_driver tokenize_full MODEL.gguf < lines.jsonl — as tokenize, plus
+//       "ids_special": llama_tokenize(s, add_special = true, parse_special = true) and
+//       "pieces_hex": the bytes of llama_token_to_piece(id, special = true) of every id of
+//       "ids", concatenated (what a streaming printer shows), as hex
+//   llamacpp_driver eog MODEL.gguf — {"eog": [...]}: every id with llama_vocab_is_eog
 //   llamacpp_driver greedy MODEL.gguf N < prompts.jsonl — per input line {"ids": [...]}: the N
 //       greedy (argmax) next tokens after feeding the ids, one llama_decode for the prompt
 //       then one per token, 2 threads: {"greedy": [...]}
@@ -10,6 +15,7 @@
 //   DFLASH_LLAMA_NO_EXTRA_BUFTS=1 (see main()).
 // Input lines are JSON objects with only those keys; strings are escaped by the caller with
 // \uXXXX for every non-ASCII or control character (so this parser stays tiny).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -64,23 +70,46 @@ std::vector<llama_token> json_ids(const std::string& line) {
   return ids;
 }
 
-void print_ids(const char* key, const std::vector<llama_token>& ids) {
-  std::printf("{\"%s\": [", key);
+void print_id_list(const std::vector<llama_token>& ids) {
+  std::printf("[");
   for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? ", %d" : "%d", ids[i]);
-  std::printf("]}\n");
+  std::printf("]");
+}
+
+void print_ids(const char* key, const std::vector<llama_token>& ids) {
+  std::printf("{\"%s\": ", key);
+  print_id_list(ids);
+  std::printf("}\n");
+}
+
+std::vector<llama_token> tokenize(const llama_vocab* vocab, const std::string& s, bool add_special) {
+  int n = -llama_tokenize(vocab, s.data(), int32_t(s.size()), nullptr, 0, add_special, true);
+  std::vector<llama_token> ids(std::max(n, 0));
+  if (n > 0) llama_tokenize(vocab, s.data(), int32_t(s.size()), ids.data(), n, add_special, true);
+  return ids;
+}
+
+std::string pieces(const llama_vocab* vocab, const std::vector<llama_token>& ids) {
+  std::string out;
+  char buf[512];
+  for (llama_token id : ids) {
+    const int n = llama_token_to_piece(vocab, id, buf, sizeof buf, 0, true);
+    if (n > 0) out.append(buf, size_t(n));
+  }
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s tokenize|greedy MODEL.gguf [N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s tokenize|tokenize_full|eog|greedy MODEL.gguf [N]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
-  mp.vocab_only = mode == "tokenize";
+  mp.vocab_only = mode == "tokenize" || mode == "tokenize_full" || mode == "eog";
   mp.n_gpu_layers = 0;
   // llama.cpp's default (extra buffer types = weight repacking) unless
   // DFLASH_LLAMA_NO_EXTRA_BUFTS=1: its AMX repack path segfaults on the Sapphire Rapids VM this
@@ -93,12 +122,23 @@ int main(int argc, char** argv) {
   const llama_vocab* vocab = llama_model_get_vocab(model);
   std::string line;
   if (mode == "tokenize") {
+    while (std::getline(std::cin, line)) print_ids("ids", tokenize(vocab, json_string(line), false));
+  } else if (mode == "eog") {
+    std::vector<llama_token> eog;
+    for (llama_token id = 0; id < llama_vocab_n_tokens(vocab); ++id)
+      if (llama_vocab_is_eog(vocab, id)) eog.push_back(id);
+    print_ids("eog", eog);
+  } else if (mode == "tokenize_full") {
     while (std::getline(std::cin, line)) {
       const std::string s = json_string(line);
-      int n = -llama_tokenize(vocab, s.data(), int32_t(s.size()), nullptr, 0, false, true);
-      std::vector<llama_token> ids(std::max(n, 0));
-      if (n > 0) llama_tokenize(vocab, s.data(), int32_t(s.size()), ids.data(), n, false, true);
-      print_ids("ids", ids);
+      const std::vector<llama_token> ids = tokenize(vocab, s, false);
+      std::printf("{\"ids\": ");
+      print_id_list(ids);
+      std::printf(", \"ids_special\": ");
+      print_id_list(tokenize(vocab, s, true));
+      std::printf(", \"pieces_hex\": \"");
+      for (unsigned char c : pieces(vocab, ids)) std::printf("%02x", c);
+      std::printf("\"}\n");
     }
   } else {
     const int n_gen = argc > 3 ? std::atoi(argv[3]) : 32;
