@@ -23,17 +23,8 @@
 // bf16 caches (ops.h KvPages kBF16, head-major pages): the values are already the bf16 the
 // packing would round to (RNE either way), so packing is a move of 32-bit words — a K row's dim
 // pairs, V's slot pairs as the page stores them — and the tiles, hence the results, are the
-// same bytes as for an fp32 cache holding the unrounded values. When d_qk % 32 == 0 and
-// d_v % 16 == 0 (every real model), nothing is packed: tiles load straight from the pages —
-//   S:  Sᵀ[16 slots × 16 queries] = K_half · Qᵀ, K_half the page's 16 key rows of the half as the
-//       A tile (stride d_qk·2 bytes), Qᵀ the task's queries in VNNI pairs (made once per task);
-//       the two halves' Sᵀ are transposed (AVX-512, 16×16) into S and the softmax is unchanged;
-//   PV: per half, P_half[16 × 16 slots] (A tile of 32-byte rows) times the page's 8 slot pairs ×
-//       16 value dims (B tile of 8 rows, stride d_v·4 bytes), accumulated in one tile.
-// The products and their order are those of the packed path (the same pairs, summed in the same
-// k order), so the result is the same; only rows of a page are read (every row of a bf16 page
-// is readable and finite: kernels/ops.h KvPages), and empty / invisible slots reach nothing (-inf
-// logits, zero probabilities).
+// same bytes as for an fp32 cache holding the unrounded values. (Still one copy per call and kv
+// head into the tile layout; loading tiles straight from the pages is not done yet.)
 #include <immintrin.h>
 
 #include "kernels/cpu/amx_tiles.h"
@@ -73,62 +64,8 @@ Shape shape_of(const AttnParams& p, int64_t n_kv) {
 
 // Per-thread scratch (floats): Q bf16 [16][dcp*32], O [16][nvc*16], S [16][32], P bf16 [16][32],
 // T [16][16], m, l, corr [16] each, + alignment.
-// Direct (bf16 page) tasks also keep Qᵀ [dcp][16 pairs][16 queries] (as many floats as Q) and
-// Sᵀ [32 slots][16 queries].
 int64_t task_scratch_floats(const Shape& s) {
-  return 16 * s.dcp * 16 + 16 * s.nvc * 16 + 16 * 32 + 16 * 16 + 16 * 16 + 3 * 16 + 16 +
-         16 * s.dcp * 16 + 32 * 16;
-}
-
-// Direct tiles (bf16 pages): the shapes the loads need, set once per thread.
-bool direct_tiles(const KvPages& kv, const AttnParams& p) {
-  return kv.dtype == KvDtype::kBF16 && p.d_qk % 32 == 0 && p.d_v % 16 == 0;
-}
-constexpr int kTileP = 7;  // (the _tile_* macros take literals) P half: 16 rows × 32 bytes (16 slots)
-constexpr int kTileV = 3;  // V half: 8 slot pairs × 64 bytes (16 dims × 2)
-static inline void configure_direct_tiles() {
-  struct alignas(64) TileConfig {
-    uint8_t palette_id;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-  } c{};
-  c.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
-    c.colsb[t] = 64;
-  }
-  c.colsb[kTileP] = 32;
-  c.rows[kTileV] = 8;
-  _tile_loadconfig(&c);
-}
-
-// dst[c][r] = src[r][c] for a 16 × 16 fp32 block (row strides in floats).
-static inline void transpose16x16(const float* src, int64_t ss, float* dst, int64_t ds) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ss);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // s[4g + c]: columns c, c + 4, c + 8, c + 12 (one per 128-bit lane) of rows 4g..4g+3.
-  for (int g = 0; g < 4; ++g) {
-    const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
-    const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
-    r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-    r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-    r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-    r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512 x0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44), x1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xee);
-    const __m512 y0 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44), y1 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xee);
-    _mm512_storeu_ps(dst + c * ds, _mm512_shuffle_f32x4(x0, y0, 0x88));
-    _mm512_storeu_ps(dst + (c + 4) * ds, _mm512_shuffle_f32x4(x0, y0, 0xdd));
-    _mm512_storeu_ps(dst + (c + 8) * ds, _mm512_shuffle_f32x4(x1, y1, 0x88));
-    _mm512_storeu_ps(dst + (c + 12) * ds, _mm512_shuffle_f32x4(x1, y1, 0xdd));
-  }
+  return 16 * s.dcp * 16 + 16 * s.nvc * 16 + 16 * 32 + 16 * 16 + 16 * 16 + 3 * 16 + 16;
 }
 
 // The 16 slots [j0, j0 + 16) of one kv head: they lie in one page (ops.h KvPages: page_slots
@@ -228,12 +165,10 @@ inline uint32_t block_visibility32(const int32_t* k_pos, int64_t n_kv, int64_t k
          static_cast<uint32_t>(avx512::visible_slots16(k_pos + j0 + 16, n_kv - j0 - 16, qpos, w)) << 16;
 }
 
-// Queries [i0, i0 + nq) (nq ≤ 16) of query head h. kDirect: tiles from the bf16 pages of `kv`
-// (kp / vp unused); otherwise from the packed kp / vp.
-template <bool kDirect>
+// Queries [i0, i0 + nq) (nq ≤ 16) of query head h.
 void attend_task(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, int32_t h,
                  const int32_t* k_pos, const AttnParams& p, const Shape& s, const uint16_t* kp,
-                 const uint16_t* vp, const KvPages& kv, float* out, float* scratch) {
+                 const uint16_t* vp, float* out, float* scratch) {
   const int64_t Dp = s.dcp * 32, nvc = s.nvc;
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
   uint16_t* qb = reinterpret_cast<uint16_t*>(base);          // [16][Dp]
@@ -244,9 +179,6 @@ void attend_task(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
   float* mrun = tb + 16 * 16;
   float* lrun = mrun + 16;
   float* corr = lrun + 16;
-  uint32_t* qt = reinterpret_cast<uint32_t*>(corr + 16);  // direct: Qᵀ [dcp][16 pairs][16 q]
-  float* st = reinterpret_cast<float*>(qt + 16 * Dp / 2);      // direct: Sᵀ [32][16]
-  const int32_t G = p.n_heads / p.n_kv_heads, kvh = h / G;
   for (int r = 0; r < kQT; ++r) {
     uint16_t* qr = qb + r * Dp;
     const float* src = r < nq ? q + ((i0 + r) * p.n_heads + h) * p.d_qk : nullptr;
@@ -260,12 +192,6 @@ void attend_task(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
     lrun[r] = p.sinks ? 1.0f : 0.0f;
     for (int64_t c = 0; c < nvc; ++c) _mm512_store_ps(o + (r * nvc + c) * 16, _mm512_setzero_ps());
   }
-  if constexpr (kDirect) {  // Qᵀ in VNNI pairs: qt[dc][pair][r] = Q[r] dims (2 pair, 2 pair + 1)
-    const uint32_t* qw = reinterpret_cast<const uint32_t*>(qb);
-    for (int64_t dc = 0; dc < s.dcp; ++dc)
-      for (int r = 0; r < kQT; ++r)
-        for (int pr = 0; pr < 16; ++pr) qt[(dc * 16 + pr) * 16 + r] = qw[r * Dp / 2 + dc * 16 + pr];
-  }
   const __m512 vscale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
   uint32_t vis[kQT];
@@ -276,42 +202,18 @@ void attend_task(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
       any |= vis[r];
     }
     if (!any) continue;
-    Half half[2];
-    if constexpr (kDirect) {
-      // Sᵀ = K_half Qᵀ per half, straight from the pages; then S = (Sᵀ)ᵀ.
-      half[0] = half_at(kv, p, kvh, kb * kKT);
-      half[1] = half_at(kv, p, kvh, kb * kKT + 16);
-      _tile_zero(4);
-      _tile_zero(5);
-      for (int64_t dc = 0; dc < s.dcp; ++dc) {
-        _tile_loadd(0, qt + dc * 256, 64);
-        if (half[0].n) {
-          _tile_loadd(1, half[0].k16 + dc * 32, p.d_qk * 2);
-          _tile_dpbf16ps(4, 1, 0);
-        }
-        if (half[1].n) {
-          _tile_loadd(2, half[1].k16 + dc * 32, p.d_qk * 2);
-          _tile_dpbf16ps(5, 2, 0);
-        }
-      }
-      _tile_stored(4, st, 64);
-      _tile_stored(5, st + 256, 64);
-      transpose16x16(st, 16, sb, 32);
-      transpose16x16(st + 256, 16, sb + 16, 32);
-    } else {
-      // S = Q Kᵀ for the 32 slots.
-      _tile_zero(4);
-      _tile_zero(5);
-      for (int64_t dc = 0; dc < s.dcp; ++dc) {
-        _tile_loadd(0, qb + dc * 32, Dp * 2);
-        _tile_loadd(1, kp + ((kb * 2 + 0) * s.dcp + dc) * kTile, 64);
-        _tile_loadd(2, kp + ((kb * 2 + 1) * s.dcp + dc) * kTile, 64);
-        _tile_dpbf16ps(4, 0, 1);
-        _tile_dpbf16ps(5, 0, 2);
-      }
-      _tile_stored(4, sb, 128);
-      _tile_stored(5, sb + 16, 128);
+    // S = Q Kᵀ for the 32 slots.
+    _tile_zero(4);
+    _tile_zero(5);
+    for (int64_t dc = 0; dc < s.dcp; ++dc) {
+      _tile_loadd(0, qb + dc * 32, Dp * 2);
+      _tile_loadd(1, kp + ((kb * 2 + 0) * s.dcp + dc) * kTile, 64);
+      _tile_loadd(2, kp + ((kb * 2 + 1) * s.dcp + dc) * kTile, 64);
+      _tile_dpbf16ps(4, 0, 1);
+      _tile_dpbf16ps(5, 0, 2);
     }
+    _tile_stored(4, sb, 128);
+    _tile_stored(5, sb + 16, 128);
     // Online softmax per row; P rounded to bf16 for the P·V product.
     bool rescale = false;
     for (int r = 0; r < kQT; ++r) {
@@ -340,20 +242,11 @@ void attend_task(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
       _mm512_store_si512(pb + r * 32, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
     }
     // O = O·corr + P·V, 16 value dims at a time.
-    if constexpr (!kDirect) _tile_loadd(7, pb, 64);
+    _tile_loadd(7, pb, 64);
     for (int64_t vc = 0; vc < nvc; ++vc) {
       _tile_zero(6);
-      if constexpr (kDirect) {  // per half: P[:, half] · the page's 8 slot pairs
-        for (int hh = 0; hh < 2; ++hh) {
-          if (!half[hh].n) continue;
-          _tile_loadd(7, pb + hh * 16, 64);  // kTileP
-          _tile_loadd(3, half[hh].v16 + vc * 32, p.d_v * 4);  // kTileV
-          _tile_dpbf16ps(6, 7, 3);
-        }
-      } else {
-        _tile_loadd(3, vp + (kb * nvc + vc) * kTile, 64);
-        _tile_dpbf16ps(6, 7, 3);
-      }
+      _tile_loadd(3, vp + (kb * nvc + vc) * kTile, 64);
+      _tile_dpbf16ps(6, 7, 3);
       _tile_stored(6, tb, 64);
       for (int r = 0; r < kQT; ++r) {
         float* orow = o + (r * nvc + vc) * 16;
@@ -400,19 +293,6 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   uint16_t* vp = kp + s.k_tiles() * kTile;
   const int64_t n_qt = (n_q + kQT - 1) / kQT;
   const int64_t n_tasks = n_qt * G;
-  if (direct_tiles(kv, p)) {  // bf16 pages: no packing, every (query tile, head) task at once
-
-    pool.parallel_for(n_qt * p.n_heads, [&](int64_t t0, int64_t t1, int tid) {
-      configure_direct_tiles();
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t qt = t / p.n_heads, i0 = qt * kQT;
-        attend_task<true>(q, q_pos, i0, imin(kQT, n_q - i0), static_cast<int32_t>(t % p.n_heads),
-                          k_pos, p, s, nullptr, nullptr, kv, out, work + tid * per_thread);
-      }
-      _tile_release();
-    });
-    return;
-  }
   for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
     pool.parallel_for(s.n_kb, [&](int64_t b, int64_t e, int) {
       pack_kv(kv, p, s, kvh, b, e, kp, vp);
@@ -425,8 +305,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
         const int64_t qt = t / G;
         const int32_t h = kvh * G + static_cast<int32_t>(t % G);
         const int64_t i0 = qt * kQT;
-        attend_task<false>(q, q_pos, i0, imin(kQT, n_q - i0), h, k_pos, p, s, kp, vp, kv, out,
-                           work + tid * per_thread);
+        attend_task(q, q_pos, i0, imin(kQT, n_q - i0), h, k_pos, p, s, kp, vp, out,
+                    work + tid * per_thread);
       }
       _tile_release();
     });
