@@ -254,9 +254,8 @@ void delta_rule_step(const float* s_in, float* s_out, const float* k, const floa
 // Lossless speculative decoding is unaffected: target-only and speculative runs prefill the
 // same prompt with the same call, and verify blocks are far below the threshold.
 // bf16 KV (KvPages kBF16, the paged call below): every path widens bf16 exactly, so the result
-// is that path's fp32 result over the bf16-rounded K/V (bit for bit below the AMX threshold; the
-// AMX path with tiles loaded from the pages sums the same products in another split), with the
-// same batch-invariance and paging guarantees.
+// is that path's fp32 result over the bf16-rounded K/V bit for bit (AMX: the same tile bytes),
+// with the same batch-invariance and paging guarantees.
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
                ThreadPool& pool);

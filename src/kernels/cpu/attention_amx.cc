@@ -23,8 +23,12 @@
 // bf16 caches (ops.h KvPages kBF16, head-major pages): the values are already the bf16 the
 // packing would round to (RNE either way), so packing is a move of 32-bit words — a K row's dim
 // pairs, V's slot pairs as the page stores them — and the tiles, hence the results, are the
-// same bytes as for an fp32 cache holding the unrounded values. (Still one copy per call and kv
-// head into the tile layout; loading tiles straight from the pages is not done yet.)
+// same bytes as for an fp32 cache holding the unrounded values. Loading the tiles straight from
+// the pages was built and measured (commit 66f233c, reverted): the head-major rows the decode
+// kernel wants are the A layout, not the B layout K takes in S = Q·Kᵀ, so it computed Sᵀ = K·Qᵀ
+// and paid two 16×16 transposes per block per task, and 16-slot pages split each P·V product in
+// two; 1.4× slower than this per-call pack (which is shared by every task of a kv head and, from
+// bf16 pages, is a move of 32-bit words: 0.85× the fp32 cache's pack + convert).
 #include <immintrin.h>
 
 #include "kernels/cpu/amx_tiles.h"
