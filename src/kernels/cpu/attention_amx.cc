@@ -115,11 +115,9 @@ void pack_kv(const KvPages& kv, const AttnParams& p, const Shape& s, int32_t kvh
         for (int j = 0; j < 16; ++j) {
           __m512i packed = _mm512_setzero_si512();
           if (half[h].used(j) && half[h].k16) {  // 16 dim pairs, already bf16
-            const long left = p.d_qk - dc * 32;
-            packed = _mm512_maskz_loadu_epi32(lanes16((left + 1) / 2), half[h].k16 + j * p.d_qk + dc * 32);
-            if (left < 32 && left % 2)  // odd d_qk: the last pair's upper half is the next row's
-              packed = _mm512_mask_and_epi32(packed, __mmask16(1u << (left / 2)), packed,
-                                             _mm512_set1_epi32(0xffff));
+            const long left = p.d_qk - dc * 32;  // dims of this chunk (an odd tail reads no further)
+            const __mmask32 m32 = left >= 32 ? ~__mmask32(0) : __mmask32((1u << left) - 1);
+            packed = _mm512_maskz_loadu_epi16(m32, half[h].k16 + j * p.d_qk + dc * 32);
           } else if (half[h].used(j)) {
             const float* kr = half[h].k + j * ks + dc * 32;
             const long left = p.d_qk - dc * 32;
