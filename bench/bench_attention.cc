@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "bench_util.h"
+#include "kv/kv_pool.h"
 
 namespace dfl::bench {
 namespace {
@@ -94,6 +95,46 @@ void BM_AttentionPaged(benchmark::State& st, int32_t H, int32_t KVH, int32_t dqk
   st.counters["flops"] = benchmark::Counter(static_cast<double>(pairs) * H * 2 * (dqk + dv),
                                             benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// The engine's own cache: one full layer of a KvPool (16-slot pages) in fp32 (kv = 0) or bf16
+// head-major (kv = 1, --kv-dtype bf16), filled by KvPool::write and read through view(): the
+// fp32 vs bf16 cost of decode / verify / prefill attention at the same shape.
+void BM_AttentionKvPool(benchmark::State& st, int32_t H, int32_t KVH, int32_t d) {
+  const int64_t n_q = st.range(0), n_kv = st.range(1);
+  const KvDtype dt = st.range(2) ? KvDtype::kBF16 : KvDtype::kF32;
+  KvPoolOptions po;
+  po.max_context = static_cast<int32_t>(n_kv);
+  po.slack = 16;
+  po.dtype = dt;
+  KvPool kv({KvLayerSpec{KVH, d, d, 0}}, po);
+  const auto k = random_f32(n_kv * KVH * d, 2), v = random_f32(n_kv * KVH * d, 3);
+  kv.ensure(0, static_cast<int32_t>(n_kv));
+  kv.write(0, 0, 0, static_cast<int32_t>(n_kv), k.data(), v.data());
+  kv.commit_length(0, static_cast<int32_t>(n_kv));
+  KvViewScratch sc;
+  const KvPages pages = kv.view(0, 0, sc);
+  const auto q = random_f32(n_q * H * d, 1);
+  std::vector<int32_t> qp(n_q);
+  for (int64_t i = 0; i < n_q; ++i) qp[i] = static_cast<int32_t>(n_kv - n_q + i);
+  AttnParams p;
+  p.n_heads = H;
+  p.n_kv_heads = KVH;
+  p.d_qk = p.d_v = d;
+  p.scale = 0.088f;
+  std::vector<float> out(n_q * H * d);
+  for (auto _ : st) {
+    ops::attention(q.data(), qp.data(), n_q, pages, p, out.data(), pool());
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["kv_bytes_per_second"] = benchmark::Counter(
+      static_cast<double>(n_kv * KVH * 2 * d * kv_dtype_bytes(dt)),
+      benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
+}
+
+BENCHMARK_CAPTURE(BM_AttentionKvPool, qwen3_0_6b, 16, 8, 128)
+    ->ArgNames({"n_q", "n_kv", "bf16"})
+    ->ArgsProduct({{1, 16}, {2048, 8192}, {0, 1}})->Args({256, 2048, 0})->Args({256, 2048, 1})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_Attention, qwen3_4b_causal, 32, 8, 128, 128, Window{-1, 0})
     ->ArgNames({"n_q", "n_kv"})

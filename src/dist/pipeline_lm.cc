@@ -68,6 +68,7 @@ void PipelineLM::attach_kv(KvPool* pool) {
   c.slack = pool->slack();
   c.block_slots = pool->block_slots();
   c.n_blocks = pool->blocks_total();
+  c.kv_dtype = int32_t(pool->dtype());
   send_all(c);
 }
 
@@ -265,6 +266,9 @@ void run_stage_worker(const std::string& model_dir, const ConfigOptions& co,
       po.slack = c.slack;
       po.block_slots = c.block_slots;
       po.n_blocks = c.n_blocks;
+      DFL_CHECK(c.kv_dtype == int32_t(KvDtype::kF32) || c.kv_dtype == int32_t(KvDtype::kBF16),
+                "pipeline: unknown KV dtype ", c.kv_dtype);
+      po.dtype = KvDtype(c.kv_dtype);
       kv = std::make_unique<KvPool>(m->kv_layers(), po);
       m->attach_kv(kv.get());
       continue;

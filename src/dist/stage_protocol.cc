@@ -36,7 +36,7 @@ std::vector<int32_t> encode_command(const StepCommand& c) {
       break;
     case StageOp::kAttachKv:
       m.insert(m.end(), {c.max_seqs, c.max_context, c.slack, c.block_slots,
-                         int32_t(c.n_blocks & 0x7fffffff), int32_t(c.n_blocks >> 31)});
+                         int32_t(c.n_blocks & 0x7fffffff), int32_t(c.n_blocks >> 31), c.kv_dtype});
       break;
     case StageOp::kForward:
       m.push_back(c.group);
@@ -76,6 +76,7 @@ StepCommand decode_command(const uint8_t* data, size_t bytes) {
       c.slack = r.next();
       c.block_slots = r.next();
       c.n_blocks = int64_t(uint32_t(r.next())) | (int64_t(r.next()) << 31);
+      c.kv_dtype = r.next();
       break;
     case StageOp::kForward: {
       c.group = r.next();

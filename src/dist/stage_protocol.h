@@ -31,6 +31,7 @@ struct StepCommand {
   // kAttachKv: the pool's options
   int32_t max_seqs = 0, slack = 0, block_slots = 0;
   int64_t n_blocks = 0;
+  int32_t kv_dtype = 0;  // KvDtype (kernels/ops.h): the stages' pools store what the driver's does
   // kForward
   int32_t group = 0;  // the micro-batch group (its activations travel on activation_tag(group))
   std::vector<SeqTrim> trims;

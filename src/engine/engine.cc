@@ -103,6 +103,7 @@ void Engine::Impl::build() {
   lo.prepack = opts.prepack;
   lo.config = opts.config;
   lo.n_seqs = 1;  // the models' own default pools stay tiny; the engine attaches its pools
+  lo.kv_dtype = opts.kv_dtype;
   int32_t block = 1;
   std::optional<ModelConfig> dcfg;
   int32_t ngram_n = 0;
@@ -137,6 +138,7 @@ void Engine::Impl::build() {
   po.max_seqs = opts.max_seqs;
   po.max_context = ctx;
   po.slack = std::max({block, chunk, 16});
+  po.dtype = opts.kv_dtype;
   KvPool probe_t(target->kv_layers(), [&] { auto p = po; p.n_blocks = 1; p.max_seqs = 1; return p; }());
   int64_t bpb = probe_t.bytes_per_block(), rings = probe_t.ring_bytes_per_seq();
   KvPoolOptions dpo = po;

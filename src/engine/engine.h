@@ -42,6 +42,8 @@ struct EngineOptions {
   int32_t max_seqs = 16;            // sequences running at once
   int64_t kv_memory_bytes = 0;      // KV budget (attention pages + per-slot rings and recurrent
                                     // states); 0 = enough for max_seqs × max_context
+  KvDtype kv_dtype = KvDtype::kF32;  // K/V element type of the target's and drafter's pools
+                                    // (--kv-dtype; bf16 halves the bytes, kv/kv_pool.h)
   int32_t max_batch_tokens = 512;   // rows per target forward (chunked prefill budget)
   int32_t max_queue = 4096;         // waiting requests before submit refuses (kQueueFull)
   int32_t default_block_size = kBlockDefault;  // kBlockDefault = the drafter's, or kBlockAuto

@@ -185,14 +185,18 @@ static void rope_neox_portable(float* x, int64_t n_rows, int64_t row_stride, int
 }
 
 // Slots in order, page by page (one fixed sequence of operations per row whatever the paging).
+// bf16 pages (KvPages kBF16) are widened row by row: the same arithmetic on the exact fp32 values.
 static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool) {
   const int32_t group = p.n_heads / p.n_kv_heads;
   const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
   const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
+  const bool bf16 = kv.dtype == KvDtype::kBF16;
   pool.parallel_for(n_q * p.n_heads, [&](int64_t b, int64_t e, int) {
-    thread_local std::vector<float> acc;  // per worker, grown once (no per-call allocation)
+    thread_local std::vector<float> acc, krow, vrow;  // per worker, grown once (no per-call allocation)
     acc.resize(size_t(p.d_v));
+    krow.resize(size_t(p.d_qk));
+    vrow.resize(size_t(p.d_v));
     for (int64_t qh = b; qh < e; ++qh) {
       const int64_t i = qh / p.n_heads;
       const int32_t h = static_cast<int32_t>(qh % p.n_heads);
@@ -205,15 +209,24 @@ static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q
       for (int64_t j0 = 0, page = 0; j0 < kv.n_slots; j0 += kv.page_slots, ++page) {
         const int64_t rows = std::min<int64_t>(kv.page_slots, kv.n_slots - j0);
         const int32_t* k_pos = kv.pos[page];
-        const float* kpage = kv.k[page] + kvh * p.d_qk;
-        const float* vpage = kv.v[page] + kvh * p.d_v;
         for (int64_t r = 0; r < rows; ++r) {
           if (!kv_visible(q_pos[i], k_pos[r], p.window)) continue;
-          const float* kr = kpage + r * ks;
+          const float* kr;
+          const float* vv;
+          if (bf16) {
+            const uint16_t* k16 = kv.k16[page] + kv_bf16_k_index(kv.page_slots, p.d_qk, kvh, r, 0);
+            const uint16_t* v16 = kv.v16[page] + kv_bf16_v_index(kv.page_slots, p.d_v, kvh, r, 0);
+            for (int32_t d = 0; d < p.d_qk; ++d) krow[size_t(d)] = bf16_to_f32(k16[d]);
+            for (int32_t d = 0; d < p.d_v; ++d) vrow[size_t(d)] = bf16_to_f32(v16[2 * d]);
+            kr = krow.data();
+            vv = vrow.data();
+          } else {
+            kr = kv.k[page] + kvh * p.d_qk + r * ks;
+            vv = kv.v[page] + kvh * p.d_v + r * vs;
+          }
           float dot = 0.0f;
           for (int32_t d = 0; d < p.d_qk; ++d) dot += qv[d] * kr[d];
           const float s = dot * p.scale;
-          const float* vv = vpage + r * vs;
           if (s > m) {
             const float c = std::exp(m - s);  // exp(-inf) = 0 on the first key
             l = l * c + 1.0f;
@@ -363,6 +376,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   DFL_ASSERT(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0);
   DFL_ASSERT(kv.n_slots >= 0 && (kv.n_slots == 0 || kv.page_slots > 0));
   DFL_ASSERT(kv.n_slots <= kv.page_slots || kv.page_slots % 16 == 0);  // see KvPages
+  DFL_ASSERT(kv.dtype == KvDtype::kF32 || (kv.dtype == KvDtype::kBF16 && kv.page_slots % 16 == 0));
   if (n_q <= 0) return;
   const int64_t n_kv = kv.n_slots;
   ThreadPool& pool = pool_for(pool_in, n_q * p.n_heads * n_kv * (p.d_qk + p.d_v));
@@ -377,7 +391,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   if (cpu_isa() == IsaLevel::kAvx512) {
     thread_local std::vector<float> buf;
     thread_local std::vector<int32_t> pos;
-    const int64_t n = cpu::avx512::attention_work_floats(p, n_q, n_kv, pool.n_threads());
+    const int64_t n = cpu::avx512::attention_work_floats(p, n_q, n_kv, pool.n_threads(), kv.dtype);
     cpu::avx512::attention(q, q_pos, n_q, kv, p, out, pool, scratch(buf, static_cast<size_t>(n)),
                            scratch(pos, static_cast<size_t>(n_kv)));
     return;
@@ -407,6 +421,16 @@ int64_t argmax(const float* x, int64_t n) {
 }  // namespace dfl::ops
 
 namespace dfl {
+
+const char* kv_dtype_name(KvDtype t) { return t == KvDtype::kBF16 ? "bf16" : "f32"; }
+
+bool kv_dtype_from_name(const char* s, KvDtype* out) {
+  const std::string n = s ? s : "";
+  if (n == "f32" || n == "fp32" || n == "float32") *out = KvDtype::kF32;
+  else if (n == "bf16" || n == "bfloat16") *out = KvDtype::kBF16;
+  else return false;
+  return true;
+}
 
 void set_bf16_prefill_attention(bool on) { ops::g_bf16_prefill_attention = on; }
 bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }

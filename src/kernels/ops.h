@@ -106,22 +106,51 @@ struct AttnParams {
   const float* sinks = nullptr;  // [n_heads] learned sink logits (unscaled), or nullptr
 };
 
+// Element type and layout of the K/V a KvPages points at (the KV pool's --kv-dtype).
+enum class KvDtype : int32_t {
+  kF32 = 0,   // fp32, slot-major: [slot][kv head][d] (the bit-exact default)
+  kBF16 = 1,  // bf16 (RNE from fp32), head-major within each page (see KvPages)
+};
+const char* kv_dtype_name(KvDtype t);            // "f32" / "bf16"
+bool kv_dtype_from_name(const char* s, KvDtype* out);
+inline int64_t kv_dtype_bytes(KvDtype t) { return t == KvDtype::kBF16 ? 2 : 4; }
+
 // The cache slots one attention call reads, in pages (a paged KV pool's block table).
-// Slot j (0 ≤ j < n_slots) is row j % page_slots of page j / page_slots:
-//   K at k[page] + row * n_kv_heads * d_qk, V at v[page] + row * n_kv_heads * d_v,
-//   its absolute position at pos[page][row] (kEmptySlot = skip).
-// page_slots is a multiple of 16, unless there is only one page (n_slots ≤ page_slots: a
-// contiguous run of any length). Each of the ceil(n_slots / page_slots) pages must be readable
-// for its rows below n_slots (the last page may be partly used; n_slots = 0 reads no pointer,
-// they may be null). K/V of empty slots may hold anything, NaN included: it never reaches a
-// result. Pages may sit anywhere in memory, in any order.
+// Slot j (0 ≤ j < n_slots) is row j % page_slots of page j / page_slots, its absolute position
+// at pos[page][row] (kEmptySlot = skip).
+//   dtype kF32 (k, v):   K at k[page] + row * n_kv_heads * d_qk, V at v[page] + row * n_kv_heads * d_v.
+//     page_slots is a multiple of 16, unless there is only one page (n_slots ≤ page_slots: a
+//     contiguous run of any length).
+//   dtype kBF16 (k16, v16): each page holds page_slots rows of every kv head, head-major, so one
+//     head's keys are one contiguous run that attention (AVX-512 and AMX) reads in place:
+//       K [n_kv_heads][page_slots][d_qk]:           (row r, head h, dim d) at k16[page][(h·ps + r)·d_qk + d]
+//       V [n_kv_heads][page_slots / 2][d_v][2]:     (r, h, d) at v16[page][(h·ps + r − r%2)·d_v + 2d + r%2]
+//     (ps = page_slots; V keeps the two slots of a pair side by side, the VNNI layout AMX-BF16
+//     multiplies P·V with). page_slots is a multiple of 16 even for a single page, and every
+//     row of every page is readable (rows ≥ n_slots and empty rows may hold anything finite).
+//     Values widen exactly to fp32 (bf16 → fp32 is a shift): every kernel computes the same as
+//     its fp32 path over the bf16-rounded K/V.
+// Each of the ceil(n_slots / page_slots) pages must be readable for its rows below n_slots (the
+// last page may be partly used; n_slots = 0 reads no pointer, they may be null). fp32 K/V of
+// empty slots may hold anything, NaN included: it never reaches a result. Pages may sit anywhere
+// in memory, in any order.
 struct KvPages {
   const float* const* k = nullptr;
   const float* const* v = nullptr;
   const int32_t* const* pos = nullptr;
   int64_t n_slots = 0;
   int32_t page_slots = 0;
+  KvDtype dtype = KvDtype::kF32;
+  const uint16_t* const* k16 = nullptr;  // dtype kBF16: the pages (k / v unused)
+  const uint16_t* const* v16 = nullptr;
 };
+// Index of (row r, dim d) of kv head h within a bf16 page (the layout above).
+inline int64_t kv_bf16_k_index(int64_t ps, int64_t d_qk, int32_t h, int64_t r, int64_t d) {
+  return (h * ps + r) * d_qk + d;
+}
+inline int64_t kv_bf16_v_index(int64_t ps, int64_t d_v, int32_t h, int64_t r, int64_t d) {
+  return (h * ps + (r & ~int64_t(1))) * d_v + 2 * d + (r & 1);
+}
 
 // Owning result of prepack_weight(); matrix() is what to pass to ops::matmul. Moving keeps the
 // pointers valid. The source weight's storage must outlive it (matrix().data points there).
@@ -224,6 +253,9 @@ void delta_rule_step(const float* s_in, float* s_out, const float* k, const floa
 // engines); those rows are invariant among themselves but not bit-identical to the fp32 path.
 // Lossless speculative decoding is unaffected: target-only and speculative runs prefill the
 // same prompt with the same call, and verify blocks are far below the threshold.
+// bf16 KV (KvPages kBF16, the paged call below): every path widens bf16 exactly, so the result
+// is that path's fp32 result over the bf16-rounded K/V bit for bit (AMX: the same tile bytes),
+// with the same batch-invariance and paging guarantees.
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k, const float* v,
                const int32_t* k_pos, int64_t n_kv, const AttnParams& p, float* out,
                ThreadPool& pool);

@@ -17,9 +17,16 @@
 // kv/recurrent_state.h (two buffers per slot + replay rows; rolled back by replay, not snapshots);
 // CausalLM::rollback / release (model/model.h) apply truncate / clear to every kind at once.
 //
-// Layout of one slot: K [n_kv_heads, d_k], V [n_kv_heads, d_v] in fp32, and the absolute position
-// it holds (kEmptySlot when empty). Attention reads a sequence's slots through view(), in
-// position order for full layers (kernels/ops.h KvPages).
+// Element type (KvPoolOptions::dtype, the engine's --kv-dtype):
+//   kF32 (default)  one slot is K [n_kv_heads, d_k], V [n_kv_heads, d_v] in fp32 (slot-major):
+//                   what the bit-exact golden tests run on.
+//   kBF16           K/V rounded to bf16 (RNE) when written, half the bytes; head-major within a
+//                   page (K [n_kv_heads][slots][d_k], V [n_kv_heads][slots/2][d_v][2], the
+//                   layout of kernels/ops.h KvPages) so attention reads each head in place. A
+//                   ring is one page of its capacity, rounded up to a multiple of 16 slots.
+// Each slot also holds the absolute position it holds (kEmptySlot when empty). Attention reads a
+// sequence's slots through view(), in position order for full layers (kernels/ops.h KvPages).
+// Pages and rings start zeroed (finite) and only ever hold written rows, as bf16 pages require.
 //
 // Invariants: positions of one sequence are appended contiguously; ensure(seq, end) must succeed
 // before positions < end are written; truncate(seq, n) forgets positions ≥ n in every layer,
@@ -48,9 +55,11 @@ struct KvLayerSpec {
 // whatever the causality (a symmetric drafter window has the same left); others keep everything.
 KvLayerSpec kv_layer_spec(bool sliding, Window window, int32_t n_kv_heads, int32_t d_k, int32_t d_v);
 
-// Bytes of K/V one sequence needs at `context` positions for this layout (fp32, unpaged):
-// full layers grow with the context, sliding layers hold min(context, window + slack) slots.
-int64_t kv_bytes_per_sequence(const std::vector<KvLayerSpec>& layers, int64_t context, int32_t slack);
+// Bytes of K/V one sequence needs at `context` positions for this layout (unpaged, elements of
+// `dtype`): full layers grow with the context, sliding layers hold min(context, window + slack)
+// slots (bf16 rings: that capacity rounded up to 16).
+int64_t kv_bytes_per_sequence(const std::vector<KvLayerSpec>& layers, int64_t context, int32_t slack,
+                              KvDtype dtype = KvDtype::kF32);
 
 struct KvPoolOptions {
   int32_t max_seqs = 1;        // sequence slots 0..max_seqs-1
@@ -58,11 +67,13 @@ struct KvPoolOptions {
   int32_t slack = 16;          // most positions appended (or rolled back) at once on rings
   int32_t block_slots = 16;    // slots per page of the full layers (a multiple of 16)
   int64_t n_blocks = 0;        // pages; 0 = enough for every slot at max_context
+  KvDtype dtype = KvDtype::kF32;  // element type and layout (see the top of the file)
 };
 
 // Scratch a view is built in (page pointers of one (sequence, layer)); reused across calls.
 struct KvViewScratch {
   std::vector<const float*> k, v;
+  std::vector<const uint16_t*> k16, v16;
   std::vector<const int32_t*> pos;
 };
 
@@ -76,6 +87,7 @@ class KvPool {
   int32_t max_context() const { return opts_.max_context; }
   int32_t slack() const { return opts_.slack; }
   int32_t block_slots() const { return opts_.block_slots; }
+  KvDtype dtype() const { return opts_.dtype; }
   const KvLayerSpec& layer(int32_t il) const { return layers_[il]; }
   bool has_full_layers() const { return n_full_ > 0; }
   bool has_rings() const { return n_full_ < n_layers(); }
@@ -120,8 +132,12 @@ class KvPool {
     std::vector<int32_t> blocks;   // block table (page ids) of the full layers
   };
   int32_t ring_cap(int32_t il) const { return ring_cap_[il]; }
-  float* ring_k(int32_t seq, int32_t il) const;
-  float* ring_v(int32_t seq, int32_t il) const;
+  // Element offsets of a ring's K / V within its layer's storage (either dtype).
+  size_t ring_k_off(int32_t seq, int32_t il) const;
+  size_t ring_v_off(int32_t seq, int32_t il) const;
+  void write_bf16_row(int32_t il, uint16_t* kpage, uint16_t* vpage, int32_t page_slots, int32_t row,
+                      const float* k, const float* v);
+  int64_t elem_bytes() const { return kv_dtype_bytes(opts_.dtype); }
   int32_t* ring_pos(int32_t seq, int32_t il) const;
 
   std::vector<KvLayerSpec> layers_;
@@ -129,7 +145,8 @@ class KvPool {
   int32_t n_full_ = 0;
   int64_t n_blocks_ = 0;
   std::vector<int32_t> ring_cap_;            // per layer (0 for full layers)
-  std::vector<HugeArray<float>> k_, v_;      // per layer: pages [n_blocks][bs][..] or rings [max_seqs][cap][..]
+  std::vector<HugeArray<float>> k_, v_;      // kF32, per layer: pages [n_blocks][bs][..] or rings [max_seqs][cap][..]
+  std::vector<HugeArray<uint16_t>> k16_, v16_;  // kBF16, the same pages / rings (head-major inside)
   std::vector<HugeArray<int32_t>> ring_pos_; // per sliding layer: [max_seqs][cap]
   HugeArray<int32_t> page_pos_;              // [n_blocks][bs], shared by the full layers
   std::vector<int32_t> free_;                // free page ids (a stack)

@@ -82,6 +82,7 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
   po.max_seqs = opts.n_seqs;
   po.max_context = max_context_;
   po.slack = opts.max_block;
+  po.dtype = opts.kv_dtype;
   own_kv_ = std::make_unique<KvPool>(kv_layers(), po);
   attach_kv(own_kv_.get());
 }

@@ -90,6 +90,7 @@ struct LoadOptions {
   int32_t max_context = 4096;  // positions a sequence may hold (default pool)
   int32_t n_seqs = 1;          // sequences held side by side (default pool)
   int32_t max_block = 16;      // most tokens appended/rolled back at once (ring slack)
+  KvDtype kv_dtype = KvDtype::kF32;  // element type of the default pool (kv/kv_pool.h)
   WeightsFormat weights_format = WeightsFormat::kAsStored;
   bool prepack = true;  // kAsStored: use prepack_weight()'s layout where the machine has one
   ConfigOptions config;  // parse-time choices (model/config.h)

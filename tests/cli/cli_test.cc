@@ -449,3 +449,32 @@ TEST(Cli, HelpAndUsage) {
 
 }  // namespace
 }  // namespace dfl::test
+
+namespace dfl::test {
+namespace {
+
+// --kv-dtype bf16 through the binary: speculative == target-only (both bf16 KV), inspect counts
+// bf16 bytes (half of f32 on a model without sliding rings), a bad name is a one-line error.
+TEST(Cli, KvDtypeBf16) {
+  const std::string tdir = fixture("qwen3/tied_gqa2");
+  Golden g(tdir + "/golden.safetensors");
+  const std::string common = "run --model " + tdir + " --prompt-ids " + ids_csv(g.i32("prompt_ids")) +
+                             " --max-tokens 32 --ignore-eos --json --kv-dtype bf16";
+  const Proc plain = run_dflash(common);
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  const Proc spec = run_dflash(common + " --draft " + fixture("dflash/mixed_swa/draft") + " --block-size 5");
+  ASSERT_EQ(spec.rc, 0) << spec.err;
+  EXPECT_EQ(nlohmann::json::parse(spec.out)["token_ids"], nlohmann::json::parse(plain.out)["token_ids"]);
+  const Proc i32 = run_dflash("inspect " + fixture("configs/Qwen3.5-27B") + " --json");
+  const Proc i16 = run_dflash("inspect " + fixture("configs/Qwen3.5-27B") + " --json --kv-dtype bf16");
+  ASSERT_EQ(i32.rc, 0) << i32.err;
+  ASSERT_EQ(i16.rc, 0) << i16.err;
+  const auto a = nlohmann::json::parse(i32.out)["kv_cache"], b = nlohmann::json::parse(i16.out)["kv_cache"];
+  EXPECT_EQ(a["dtype"], "f32");
+  EXPECT_EQ(b["dtype"], "bf16");
+  EXPECT_EQ(b["bytes_per_sequence"].get<int64_t>() * 2, a["bytes_per_sequence"].get<int64_t>());
+  expect_error(run_dflash("run --model " + tdir + " --prompt-ids 1 --kv-dtype f16"), "--kv-dtype");
+}
+
+}  // namespace
+}  // namespace dfl::test

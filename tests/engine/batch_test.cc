@@ -111,10 +111,12 @@ EngineOptions options(const Family& f, int32_t max_seqs, int64_t kv_bytes) {
 
 // The --kv-memory that gives `pages` pages with `max_seqs` slots for options(f, ...): the engine
 // sizes rings first (slack = max(block, chunk 24, 16)), then splits the rest into pages.
-int64_t budget_for_pages(const Family& f, int64_t pages, int32_t max_seqs) {
+int64_t budget_for_pages(const Family& f, int64_t pages, int32_t max_seqs,
+                         KvDtype dtype = KvDtype::kF32) {
   KvPoolOptions po;
   po.max_context = 256;
   po.slack = 24;
+  po.dtype = dtype;
   KvPool t(kv_layout(load_model_config(f.target)), po);
   int64_t per_page = t.bytes_per_block(), rings = t.ring_bytes_per_seq();
   if (!f.draft.empty()) {
@@ -419,6 +421,60 @@ TEST(Batch, StopStringsMatchAcrossTokensAndAreNeverEmitted) {
   }
   EXPECT_GE(checked, 2);
   EXPECT_EQ(e.metrics().kv_blocks_used, 0);
+}
+
+}  // namespace
+}  // namespace dfl
+
+namespace dfl {
+namespace {
+
+// bf16 KV (--kv-dtype bf16): every request equals its solo run (also bf16) in random schedules,
+// on every family (rings, recurrent hybrids, drafters' pools included), and under a 12-page
+// budget that forces preemption (the budget counts bf16 pages: half the bytes of fp32 ones).
+TEST(Batch, Bf16KvEveryRequestEqualsItsSoloRun) {
+  int total = 0;
+  for (const Family& f : families()) {
+    EngineOptions so = options(f, 1, 0), bo = options(f, 6, 0);
+    so.kv_dtype = bo.kv_dtype = KvDtype::kBF16;
+    Engine solo_engine(so);
+    Engine batch_engine(bo);
+    const ModelInfo& info = solo_engine.info();
+    const auto reqs = random_requests(16, info.vocab_size, info.has_drafter,
+                                      std::max(1, info.drafter_block_size), 301 + total);
+    const auto solo = run_solo(solo_engine, reqs);
+    const auto mixed = run_mixed(batch_engine, reqs, 11 + total);
+    expect_identical(solo, mixed, reqs, f.name + " (bf16 KV)");
+    EXPECT_EQ(batch_engine.metrics().kv_blocks_used, 0) << f.name;
+    total += int(reqs.size());
+  }
+  std::printf("[batch] bf16 KV: %d requests identical to their solo runs\n", total);
+}
+
+TEST(Batch, Bf16KvPreemptionUnderATinyBudgetChangesNothing) {
+  for (const Family& f : families()) {
+    if (f.name != "zlab_full" && f.name != "mixed_swa") continue;
+    EngineOptions so = options(f, 1, 0);
+    so.kv_dtype = KvDtype::kBF16;
+    Engine solo_engine(so);
+    const ModelInfo& info = solo_engine.info();
+    auto reqs = random_requests(16, info.vocab_size, info.has_drafter,
+                                std::max(1, info.drafter_block_size), 57);
+    for (auto& r : reqs) {
+      r.max_tokens = 24 + int(r.prompt.ids.size() % 16);
+      r.ignore_eos = true;
+    }
+    const auto solo = run_solo(solo_engine, reqs);
+    EngineOptions to = options(f, 6, budget_for_pages(f, 12, 6, KvDtype::kBF16));
+    to.kv_dtype = KvDtype::kBF16;
+    Engine tight(to);
+    const auto got = run_mixed(tight, reqs, 5);
+    expect_identical(solo, got, reqs, f.name + " (bf16 KV, tight)");
+    const EngineMetrics m = tight.metrics();
+    EXPECT_GT(m.preemptions_total, 0) << f.name;
+    EXPECT_EQ(m.kv_blocks_total, 12) << f.name << ": the budget counts bf16 bytes";
+    EXPECT_EQ(m.kv_blocks_used, 0) << f.name;
+  }
 }
 
 }  // namespace

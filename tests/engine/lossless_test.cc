@@ -4,6 +4,8 @@
 // protocol (positions and the tap rows it is fed), and the statistics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -454,6 +456,107 @@ TEST(Lossless, MatchesHFGreedyGolden) {
     req.prompt = tg.i32("prompt_ids");
     req.max_tokens = 32;
     EXPECT_EQ(spec.generate(req).tokens, tg.i32("greedy_ids")) << dname;
+  }
+}
+
+}  // namespace
+}  // namespace dfl
+
+namespace dfl {
+namespace {
+
+// ---- bf16 KV cache (--kv-dtype bf16) --------------------------------------------------------
+// The same lossless property with bf16, head-major KV pools in the target and the drafter:
+// target-only and speculative decoding both store bf16 K/V, and verify rows compute exactly as
+// decode rows, so the outputs stay identical token for token. (First: the bf16 pool is really
+// in use — logits differ from the fp32-KV run, by a little.)
+LoadOptions bf16_kv_load() {
+  LoadOptions lo;
+  lo.kv_dtype = KvDtype::kBF16;
+  return lo;
+}
+
+TEST(Lossless, Bf16KvChangesLogitsALittle) {
+  auto pool = test::make_pool(1);
+  auto t32 = load_causal_lm(test::fixture("qwen3/tied_gqa2"), LoadOptions{}, *pool);
+  auto t16 = load_causal_lm(test::fixture("qwen3/tied_gqa2"), bf16_kv_load(), *pool);
+  ASSERT_EQ(t16->kv().dtype(), KvDtype::kBF16);
+  ASSERT_EQ(t32->kv().dtype(), KvDtype::kF32);
+  test::Golden tg(test::fixture("qwen3/tied_gqa2/golden.safetensors"));
+  const auto a = test::run_forward(*t32, tg.i32("prompt_ids"), LogitsMode::kAll).logits;
+  const auto b = test::run_forward(*t16, tg.i32("prompt_ids"), LogitsMode::kAll).logits;
+  ASSERT_EQ(a.size(), b.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, double(std::fabs(a[i])));
+  }
+  std::printf("[lossless] bf16 KV vs fp32 KV logits: max |diff| %.3g (max |logit| %.3g)\n", diff, scale);
+  EXPECT_GT(diff, 0.0) << "the bf16 pool did not change anything: is it in use?";
+  EXPECT_LT(diff, 2e-2 * scale);
+}
+
+TEST(Lossless, Bf16KvGreedyDFlashEqualsTargetOnly) {
+  int64_t runs = 0;
+  for (const PairDef& pd : all_pairs()) {
+    auto pool = test::make_pool(1);
+    auto target = load_causal_lm(pd.target, bf16_kv_load(), *pool);
+    auto drafter = std::make_unique<DFlashDraftModel>(pd.draft, *target, bf16_kv_load(), *pool);
+    ASSERT_EQ(drafter->kv().dtype(), KvDtype::kBF16);
+    const int32_t B = drafter->dflash().block_size;
+    DFlashProposer dflash(std::move(drafter), *target);
+    Generator plain(*target, nullptr);
+    test::Golden tg(test::fixture("qwen3/tied_gqa2/golden.safetensors"));
+    const auto prompts = make_prompts(tg.i32("prompt_ids"), 23);
+    for (size_t pi = 0; pi < prompts.size(); pi += 3) {
+      GenerateRequest req;
+      req.prompt = prompts[pi];
+      req.max_tokens = 40;
+      const GenerateResult want = plain.generate(req);
+      const std::vector<float> ref = reference_taps(*target, req.prompt, want.tokens, dflash.target_aux());
+      CheckingProposer checked(dflash, ref, int32_t(dflash.target_aux().size()) * target->config().hidden_size);
+      Generator spec(*target, &checked);
+      for (int32_t b = 2; b <= B; ++b) {
+        req.block_size = b;
+        const GenerateResult got = spec.generate(req);
+        const std::string what = pd.name + " prompt " + std::to_string(pi) + " block " + std::to_string(b);
+        ASSERT_EQ(got.tokens, want.tokens) << what << " (bf16 KV)";
+        EXPECT_EQ(checked.errors, 0) << what;
+        EXPECT_EQ(checked.tap_errors, 0) << what;
+        ++runs;
+      }
+    }
+  }
+  std::printf("[lossless] bf16 KV: %lld DFlash runs identical to target-only\n", (long long)runs);
+}
+
+// Every acceptance length with bf16 KV (scripted proposer, as above), on plain, hybrid and
+// sliding-window targets (bf16 rings included).
+TEST(Lossless, Bf16KvScriptedProposerAllAcceptanceLengths) {
+  for (const char* tname : {"qwen3/sharded", "qwen35/flat_untied", "gemma4/dense_v5"}) {
+    auto pool = test::make_pool(1);
+    auto target = load_causal_lm(test::fixture(tname), bf16_kv_load(), *pool);
+    const int32_t V = target->config().vocab_size;
+    Generator plain(*target, nullptr);
+    test::Golden tg(test::fixture("qwen3/tied_gqa2/golden.safetensors"));
+    const auto prompts = make_prompts(tg.i32("prompt_ids"), 9);
+    std::vector<int64_t> hist(16, 0);
+    for (size_t pi = 0; pi < prompts.size(); pi += 2) {
+      GenerateRequest req;
+      req.prompt = prompts[pi];
+      req.max_tokens = 40;
+      const GenerateResult want = plain.generate(req);
+      const std::vector<int32_t> aux = {1, 0, target->config().n_layers};
+      for (int32_t b = 2; b <= 16; ++b) {
+        ScriptedProposer script(want.tokens, int32_t(req.prompt.size()), 15, V, aux, 31 * pi + b, 0.3);
+        Generator spec(*target, &script);
+        req.block_size = b;
+        const GenerateResult got = spec.generate(req);
+        ASSERT_EQ(got.tokens, want.tokens) << tname << " prompt " << pi << " block " << b << " (bf16 KV)";
+        for (size_t k = 0; k < got.stats.acceptance_histogram.size(); ++k) hist[k] += got.stats.acceptance_histogram[k];
+      }
+    }
+    for (int k = 0; k < 16; ++k) EXPECT_GT(hist[k], 0) << tname << ": acceptance length " << k << " never exercised";
   }
 }
 

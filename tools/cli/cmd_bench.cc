@@ -50,6 +50,7 @@ const std::vector<FlagSpec> kFlags = with_pipeline_flags({
     {"--sweep", "B,B", "with --assume-tau: also run these fixed block sizes and auto, compared"},
     {"--weights", "FMT", "bf16 (default: as stored, prepacked where the machine has a faster "
                          "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
+    {"--kv-dtype", "T", "KV-cache element type: f32 (default) | bf16 (half the bytes)"},
     {"--bw-mib", "MiB", "buffer of the bandwidth test (default 1024)"},
     {"--skip", "LIST", "skip parts: machine,prefill,decode,verify,draft,dflash"},
     {"--concurrency", "C,C", "batched engine throughput with C requests at once (e.g. 1,4,16): "
@@ -214,6 +215,11 @@ int cmd_bench(int argc, char** argv) {
   LoadOptions lo;
   lo.weights_format = wfmt;
   lo.prepack = wname != "stored";
+  KvDtype kv_dt = KvDtype::kF32;
+  const std::string kv_name = args.str("--kv-dtype", "f32");
+  DFL_CHECK(kv_dtype_from_name(kv_name.c_str(), &kv_dt), "--kv-dtype must be f32 or bf16, got '",
+            kv_name, "'");
+  lo.kv_dtype = kv_dt;
   const std::string skip = "," + args.str("--skip") + ",";
   auto run_part = [&](const char* p) {
     std::string key = ",";
@@ -231,6 +237,7 @@ int cmd_bench(int argc, char** argv) {
     cb.engine.threads = threads;
     cb.engine.weights_format = wfmt;
     cb.engine.prepack = lo.prepack;
+    cb.engine.kv_dtype = kv_dt;
     cb.engine.calibrate = auto_block;
     add_pipeline_target(args, cb.engine);
     if (run_pipeline_worker(args, threads)) return 0;  // a stage of `mpirun ... --pipeline-parallel N`
@@ -287,6 +294,7 @@ int cmd_bench(int argc, char** argv) {
   if (args.has("--draft")) J["draft"] = args.str("--draft");
   J["threads"] = threads;
   J["weights"] = wname;
+  J["kv_dtype"] = kv_dtype_name(kv_dt);
   J["cpu"] = cpu_model_name();
   J["isa"] = isa_description();
   J["date"] = now_utc();
@@ -781,8 +789,9 @@ int cmd_bench(int argc, char** argv) {
   std::printf("## dflash bench: %s%s\n\n", args.str("--model").c_str(),
               args.has("--draft") ? (" + " + args.str("--draft")).c_str() : "");
   const std::string wlabel = J["weights"].get<std::string>();
-  std::printf("%s | %s | %d threads | weights %s | %s | load avg %s → %s\n", J["cpu"].get<std::string>().c_str(),
-              J["isa"].get<std::string>().c_str(), threads, wlabel.c_str(), J["date"].get<std::string>().c_str(),
+  std::printf("%s | %s | %d threads | weights %s | KV %s | %s | load avg %s → %s\n", J["cpu"].get<std::string>().c_str(),
+              J["isa"].get<std::string>().c_str(), threads, wlabel.c_str(), kv_dtype_name(kv_dt),
+              J["date"].get<std::string>().c_str(),
               J["loadavg_start"].get<std::string>().c_str(), J["loadavg_end"].get<std::string>().c_str());
   std::printf("%s, %d layers, hidden %d, vocab %d: %.3f GB of weights read per decoded token; "
               "median of %d repeats, ± = half the min–max range\n\n",

@@ -23,6 +23,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--json", "", "print one JSON object"},
     {"--context", "N", "context length for the KV-memory figures (default 4096)"},
     {"--block-size", "B", "speculative block size: the rollback slack of sliding rings (default 16)"},
+    {"--kv-dtype", "T", "KV element type the bytes are counted in: f32 (default) | bf16"},
     {"--pipeline-parallel", "N", "also print the N-stage pipeline split: layers, weight and KV bytes per "
                                  "rank, bytes per token across the stage boundaries"},
     {"--pp-layers", "A,B,...", "with --pipeline-parallel: layers per stage (default: split by weight bytes)"},
@@ -31,7 +32,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--help", "", "show this help"},
 };
 
-nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t slack) {
+nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t slack, KvDtype dt) {
   nlohmann::ordered_json j;
   j["architecture"] = c.architecture;
   j["family"] = family_name(c.family);
@@ -174,14 +175,15 @@ nlohmann::ordered_json describe(const ModelConfig& c, int64_t context, int32_t s
   std::vector<KvLayerSpec> full, sliding;
   for (const auto& l : layout) (l.window ? sliding : full).push_back(l);
   nlohmann::ordered_json kv;
-  kv["dtype"] = "f32";
+  // Counted in the element type the engine would store (--kv-dtype; bf16 rings round their
+  // capacity up to 16 slots, kv/kv_pool.h).
+  kv["dtype"] = kv_dtype_name(dt);
   kv["context"] = context;
   kv["block_slack"] = slack;
-  kv["bytes_per_sequence"] = kv_bytes_per_sequence(layout, context, slack);
-  kv["full_layers_bytes_per_token"] = kv_bytes_per_sequence(full, 1, slack);
-  kv["sliding_layers_fixed_bytes"] = kv_bytes_per_sequence(sliding, 1ll << 40, slack);
-  // The same layout at 2 bytes per element (bf16 KV, the figures of TARGETS-SPEC §3.5/§7): the
-  // engine stores fp32, i.e. exactly twice these.
+  kv["bytes_per_sequence"] = kv_bytes_per_sequence(layout, context, slack, dt);
+  kv["full_layers_bytes_per_token"] = kv_bytes_per_sequence(full, 1, slack, dt);
+  kv["sliding_layers_fixed_bytes"] = kv_bytes_per_sequence(sliding, 1ll << 40, slack, dt);
+  // The same layout at 2 bytes per element, unrounded (the figures of TARGETS-SPEC §3.5/§7).
   kv["bf16_bytes_per_sequence"] = kv_bytes_per_sequence(layout, context, slack) / 2;
   kv["bf16_full_layers_bytes_per_token"] = kv_bytes_per_sequence(full, 1, slack) / 2;
   kv["bf16_sliding_bytes_per_slot"] = kv_bytes_per_sequence(sliding, 1, slack) / 2;
@@ -203,7 +205,11 @@ int cmd_inspect(int argc, char** argv) {
   const int64_t slack = args.integer("--block-size", 16);
   DFL_CHECK(slack > 0 && slack <= 256, "--block-size must be in [1, 256]");
   const ModelConfig c = load_model_config(args.positional()[0]);
-  auto j = describe(c, context, static_cast<int32_t>(slack));
+  KvDtype kv_dt = KvDtype::kF32;
+  const std::string kv_name = args.str("--kv-dtype", "f32");
+  DFL_CHECK(kv_dtype_from_name(kv_name.c_str(), &kv_dt), "--kv-dtype must be f32 or bf16, got '",
+            kv_name, "'");
+  auto j = describe(c, context, static_cast<int32_t>(slack), kv_dt);
   if (args.has("--pipeline-parallel")) {
     PipelineInspect pi;
     pi.n_stages = int32_t(args.integer("--pipeline-parallel", 2));

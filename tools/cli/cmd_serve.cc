@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "pipeline_cli.h"
+#include "run_common.h"
 #include "server/server.h"
 
 namespace dfl::cli {
@@ -28,6 +29,7 @@ const std::vector<FlagSpec> kFlags = with_pipeline_flags({
     {"--served-model-name", "N", "model name in /v1/models and responses (default: the folder name)"},
     {"--kv-memory", "B", "KV-cache budget in bytes, suffixes K M G allowed (default: enough for "
                          "--max-seqs full contexts)"},
+    {"--kv-dtype", "T", "KV-cache element type: f32 (default) | bf16 (half the bytes), as for dflash run"},
     {"--max-seqs", "M", "sequences running at once (default 16)"},
     {"--max-batch-tokens", "N", "rows per target forward, the chunked-prefill budget (default 512)"},
     {"--max-queue", "N", "waiting requests before 429 (default 4096)"},
@@ -89,6 +91,7 @@ int cmd_serve(int argc, char** argv) {
   eo.max_queue = static_cast<int32_t>(args.integer("--max-queue", 4096));
   DFL_CHECK(eo.max_queue >= 0, "--max-queue must be >= 0");
   if (args.has("--kv-memory")) eo.kv_memory_bytes = parse_bytes("--kv-memory", args.str("--kv-memory"));
+  eo.kv_dtype = parse_kv_dtype(args);
   const std::string bs = args.str("--block-size");
   if (bs == "auto") {
     DFL_CHECK(!eo.draft_dir.empty(), "--block-size auto needs --draft");

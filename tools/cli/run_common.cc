@@ -18,6 +18,8 @@ const std::vector<FlagSpec>& engine_flags() {
       {"--ctx-size", "N", "context limit in tokens per sequence (default 4096)"},
       {"--max-seqs", "N", "sequences running at once (default 16; run: 1 unless --batch)"},
       {"--kv-memory", "BYTES", "KV budget in bytes (default: enough for max-seqs x ctx-size)"},
+      {"--kv-dtype", "T", "KV-cache element type: f32 (default; bit-exact vs the references) | "
+                          "bf16 (half the bytes, head-major pages)"},
       {"--max-batch-tokens", "N", "rows per step, the chunked-prefill budget (default 512)"},
       {"--weights", "FMT", "bf16 (default: as stored, prepacked where the machine has a faster "
                            "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
@@ -44,6 +46,13 @@ const std::vector<FlagSpec>& request_flags() {
   return f;
 }
 
+KvDtype parse_kv_dtype(const Args& args) {
+  KvDtype t = KvDtype::kF32;
+  const std::string s = args.str("--kv-dtype", "f32");
+  DFL_CHECK(kv_dtype_from_name(s.c_str(), &t), "--kv-dtype must be f32 or bf16, got '", s, "'");
+  return t;
+}
+
 EngineOptions engine_options(const Args& args) {
   EngineOptions eo;
   eo.model_dir = args.str("--model");
@@ -56,6 +65,7 @@ EngineOptions engine_options(const Args& args) {
   DFL_CHECK(eo.max_seqs >= 1 && eo.max_seqs <= 4096, "--max-seqs must be in [1, 4096]");
   eo.kv_memory_bytes = args.integer("--kv-memory", 0);
   DFL_CHECK(eo.kv_memory_bytes >= 0, "--kv-memory must be >= 0");
+  eo.kv_dtype = parse_kv_dtype(args);
   eo.max_batch_tokens = static_cast<int32_t>(args.integer("--max-batch-tokens", 512));
   DFL_CHECK(eo.max_batch_tokens >= 1, "--max-batch-tokens must be positive");
   const std::string wfmt = args.str("--weights", "bf16");

@@ -15,6 +15,8 @@ namespace dfl::cli {
 const std::vector<FlagSpec>& engine_flags();   // --model --draft --threads --ctx-size --weights ...
 const std::vector<FlagSpec>& request_flags();  // --max-tokens --temperature ... --block-size
 EngineOptions engine_options(const Args& args);
+// --kv-dtype f32|bf16 (default f32).
+KvDtype parse_kv_dtype(const Args& args);
 Request request_defaults(const Args& args);
 // {"id", "prompt" | "prompt_ids" | "messages", "max_tokens", "temperature", "top_k", "top_p",
 //  "min_p", "seed", "stop", "speculative": {"enabled", "block_size"}}; missing fields keep

@@ -19,6 +19,16 @@
 // own page (page_slots = 16 puts the two halves of a 32-slot block on different pages) and the
 // positions are gathered once per call; the tiles are the same bytes as for the contiguous
 // call, so the results are bit-identical to it.
+//
+// bf16 caches (ops.h KvPages kBF16, head-major pages): the values are already the bf16 the
+// packing would round to (RNE either way), so packing is a move of 32-bit words — a K row's dim
+// pairs, V's slot pairs as the page stores them — and the tiles, hence the results, are the
+// same bytes as for an fp32 cache holding the unrounded values. Loading the tiles straight from
+// the pages was built and measured (commit 66f233c, reverted): the head-major rows the decode
+// kernel wants are the A layout, not the B layout K takes in S = Q·Kᵀ, so it computed Sᵀ = K·Qᵀ
+// and paid two 16×16 transposes per block per task, and 16-slot pages split each P·V product in
+// two; 1.4× slower than this per-call pack (which is shared by every task of a kv head and, from
+// bf16 pages, is a move of 32-bit words: 0.85× the fp32 cache's pack + convert).
 #include <immintrin.h>
 
 #include "kernels/cpu/amx_tiles.h"
@@ -68,6 +78,8 @@ int64_t task_scratch_floats(const Shape& s) {
 struct Half {
   const float* k = nullptr;    // slot j0 + j at k + j * ks
   const float* v = nullptr;
+  const uint16_t* k16 = nullptr;  // bf16 pages: slot j0 + j's key at k16 + j * d_qk,
+  const uint16_t* v16 = nullptr;  // its value pair (j even) at v16 + j * d_v
   const int32_t* pos = nullptr;
   int n = 0;                   // slots of the half below n_slots
   bool used(int j) const { return j < n && pos[j] >= 0; }
@@ -77,8 +89,13 @@ Half half_at(const KvPages& kv, const AttnParams& p, int32_t kvh, int64_t j0) {
   Half h;
   if (j0 >= kv.n_slots) return h;
   const int64_t pg = j0 / kv.page_slots, row = j0 - pg * kv.page_slots;
-  h.k = kv.k[pg] + (row * p.n_kv_heads + kvh) * p.d_qk;
-  h.v = kv.v[pg] + (row * p.n_kv_heads + kvh) * p.d_v;
+  if (kv.dtype == KvDtype::kBF16) {
+    h.k16 = kv.k16[pg] + kv_bf16_k_index(kv.page_slots, p.d_qk, kvh, row, 0);
+    h.v16 = kv.v16[pg] + kv_bf16_v_index(kv.page_slots, p.d_v, kvh, row, 0);
+  } else {
+    h.k = kv.k[pg] + (row * p.n_kv_heads + kvh) * p.d_qk;
+    h.v = kv.v[pg] + (row * p.n_kv_heads + kvh) * p.d_v;
+  }
   h.pos = kv.pos[pg] + row;
   h.n = static_cast<int>(imin(16, kv.n_slots - j0));
   return h;
@@ -97,7 +114,11 @@ void pack_kv(const KvPages& kv, const AttnParams& p, const Shape& s, int32_t kvh
       for (int64_t dc = 0; dc < s.dcp; ++dc) {
         for (int j = 0; j < 16; ++j) {
           __m512i packed = _mm512_setzero_si512();
-          if (half[h].used(j)) {
+          if (half[h].used(j) && half[h].k16) {  // 16 dim pairs, already bf16
+            const long left = p.d_qk - dc * 32;  // dims of this chunk (an odd tail reads no further)
+            const __mmask32 m32 = left >= 32 ? ~__mmask32(0) : __mmask32((1u << left) - 1);
+            packed = _mm512_maskz_loadu_epi16(m32, half[h].k16 + j * p.d_qk + dc * 32);
+          } else if (half[h].used(j)) {
             const float* kr = half[h].k + j * ks + dc * 32;
             const long left = p.d_qk - dc * 32;
             const __m512 lo = _mm512_maskz_loadu_ps(lanes16(left), kr);
@@ -120,6 +141,13 @@ void pack_kv(const KvPages& kv, const AttnParams& p, const Shape& s, int32_t kvh
       for (int pr = 0; pr < 16; ++pr) {
         const Half& hf = half[pr / 8];  // slots 2 pr, 2 pr + 1 of the block
         const int j0 = 2 * pr % 16, j1 = j0 + 1;
+        if (hf.v16) {  // the page's slot pair: the tile row as is, unused slots zeroed
+          const __m512i pair = _mm512_maskz_loadu_epi32(m, hf.v16 + j0 * p.d_v + vc * 32);
+          const __m512i keep = _mm512_set1_epi32(int((hf.used(j0) ? 0xffffu : 0u) |
+                                                     (hf.used(j1) ? 0xffff0000u : 0u)));
+          _mm512_store_si512(tile + pr * 32, _mm512_and_si512(pair, keep));
+          continue;
+        }
         const __m512 a = hf.used(j0) ? _mm512_maskz_loadu_ps(m, hf.v + j0 * vs + vc * 16)
                                      : _mm512_setzero_ps();
         const __m512 c = hf.used(j1) ? _mm512_maskz_loadu_ps(m, hf.v + j1 * vs + vc * 16)

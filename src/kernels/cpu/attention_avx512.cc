@@ -24,9 +24,16 @@
 // Paged caches (ops.h KvPages): a block of 16 slots lies in one page, so a block only fetches
 // its page's K/V/position pointers; the copy path gathers through the pages (and gathers the
 // positions once). Same blocks, same arithmetic: bit-identical to the contiguous call.
+//
+// bf16 caches (KvPages kBF16, head-major pages): each kv head's keys and value pairs are already
+// contiguous in a page, so there is never a copy; K chunks of 16 dims are widened in registers
+// (bf16 → fp32 is exact: a 16-bit shift), V rows come from the slot-pair layout (low or high
+// half of each 32-bit lane). Steps 1–4 are the same instructions on the same fp32 values, so the
+// result equals this kernel's fp32 result over the bf16-rounded K/V bit for bit.
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx512.h"
@@ -46,13 +53,46 @@ constexpr int kMaxRows = 64; // wider groups are split into tiles of ≤ kMaxRow
 // g = j / page_slots at k[g] + r * ks + koff, v[g] + r * vs + voff, pos[g][r]. A block of 16
 // slots never straddles a page (page_slots % 16 == 0, or a single page), so its pointers are
 // fetched once per block.
+// bf16 pages (KvPages kBF16): k16 / v16 instead; ks = d_qk (the next slot's key), vs = d_v
+// (slot j's value dims at v + (j − j%2)·vs + 2d + j%2), koff / voff the head's run in a page.
 struct KvView {
   const float* const* k;
   const float* const* v;
   const int32_t* const* pos;
   int64_t ks, vs, koff, voff;
   int64_t page_slots;
+  const uint16_t* const* k16 = nullptr;
+  const uint16_t* const* v16 = nullptr;
 };
+
+// Element type of the cache rows a kernel instance reads.
+template <bool kBf16>
+struct KvElem {
+  using T = float;
+  static const T* const* k(const KvView& v) { return v.k; }
+  static const T* const* val(const KvView& v) { return v.v; }
+};
+template <>
+struct KvElem<true> {
+  using T = uint16_t;
+  static const T* const* k(const KvView& v) { return v.k16; }
+  static const T* const* val(const KvView& v) { return v.v16; }
+};
+
+// 16 key dims (masked) as fp32.
+inline __m512 load_key16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load_key16(const uint16_t* p, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+// 16 value dims (masked) of slot j as fp32: fp32 rows vs apart; bf16 slot pairs (see KvView).
+inline __m512 load_value16(const float* vb, int64_t vs, int j, int64_t d0, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, vb + j * vs + d0);
+}
+inline __m512 load_value16(const uint16_t* vb, int64_t vs, int j, int64_t d0, __mmask16 m) {
+  const __m512i x = _mm512_maskz_loadu_epi32(m, vb + (j & ~1) * vs + 2 * d0);
+  return _mm512_castsi512_ps(j & 1 ? _mm512_and_si512(x, _mm512_set1_epi32(int(0xffff0000u)))
+                                   : _mm512_slli_epi32(x, 16));
+}
 
 // acc[j] (16 vectors) → one vector whose lane j is Σ acc[j].
 inline __m512 transpose_sum16(const __m512* a) {
@@ -73,12 +113,12 @@ inline __m512 transpose_sum16(const __m512* a) {
 
 // Raw logits of RB rows × 16 keys: dots[r][j] holds the 16 partial lanes of q_r · k_j.
 // Keys past nk re-read the last key (their lanes are masked by the caller).
-template <int RB>
-void qk_partials(const float* const* q, const float* kb, int64_t ks, int nk, int dq,
+template <int RB, typename T>
+void qk_partials(const float* const* q, const T* kb, int64_t ks, int nk, int dq,
                  float* dots /*[RB][16][16]*/) {
   const int nqc = (dq + 15) / 16;
   for (int jg = 0; jg < kKB; jg += 4) {
-    const float* kr[4];
+    const T* kr[4];
     for (int jj = 0; jj < 4; ++jj) kr[jj] = kb + imin(jg + jj, nk - 1) * ks;
     __m512 a[RB][4];
     for (int r = 0; r < RB; ++r)
@@ -86,7 +126,7 @@ void qk_partials(const float* const* q, const float* kb, int64_t ks, int nk, int
     for (int c = 0; c < nqc; ++c) {
       const __mmask16 m = lanes16(dq - c * 16);
       __m512 kv[4];
-      for (int jj = 0; jj < 4; ++jj) kv[jj] = _mm512_maskz_loadu_ps(m, kr[jj] + c * 16);
+      for (int jj = 0; jj < 4; ++jj) kv[jj] = load_key16(kr[jj] + c * 16, m);
       for (int r = 0; r < RB; ++r) {
         const __m512 qc = _mm512_maskz_loadu_ps(m, q[r] + c * 16);
         for (int jj = 0; jj < 4; ++jj) a[r][jj] = _mm512_fmadd_ps(qc, kv[jj], a[r][jj]);
@@ -99,9 +139,9 @@ void qk_partials(const float* const* q, const float* kb, int64_t ks, int nk, int
 
 // acc_r += Σ_j p_r[j] · v_j over the slots j of `any` visible to row r (bit j of vis[r]),
 // in ascending j, for RB rows and output chunks [c0, c0 + cn).
-template <int RB>
+template <int RB, typename T>
 void pv_accumulate(float* const* acc, const float* const* p, const unsigned* vis, unsigned any,
-                   const float* vb, int64_t vs, int dv, int c0, int cn) {
+                   const T* vb, int64_t vs, int dv, int c0, int cn) {
   __m512 r[RB][4];
   __mmask16 mk[4];
   for (int c = 0; c < cn; ++c) mk[c] = lanes16(dv - (c0 + c) * 16);
@@ -109,9 +149,8 @@ void pv_accumulate(float* const* acc, const float* const* p, const unsigned* vis
     for (int c = 0; c < cn; ++c) r[i][c] = _mm512_load_ps(acc[i] + (c0 + c) * 16);
   for (unsigned mm = any; mm; mm &= mm - 1) {
     const int j = __builtin_ctz(mm);
-    const float* vr = vb + j * vs + c0 * 16;
     __m512 vv[4];
-    for (int c = 0; c < cn; ++c) vv[c] = _mm512_maskz_loadu_ps(mk[c], vr + c * 16);
+    for (int c = 0; c < cn; ++c) vv[c] = load_value16(vb, vs, j, (c0 + c) * 16, mk[c]);
     for (int i = 0; i < RB; ++i) {
       const __mmask16 use = static_cast<__mmask16>(-static_cast<int>((vis[i] >> j) & 1u));
       const __m512 pv = _mm512_set1_ps(p[i][j]);
@@ -159,6 +198,7 @@ TileScratch carve(float* base, const AttnParams& p) {
 }
 
 // Queries [i0, i0 + nq) × heads [h0, h0 + G) of one kv head; row r = (i0 + r / G, h0 + r % G).
+template <bool kBf16>
 void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, int32_t h0,
                  int32_t G, const KvView& kv, int64_t n_kv, const AttnParams& p, float* out,
                  const TileScratch& t) {
@@ -192,16 +232,17 @@ void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
       any |= vq;
     }
     if (!any) continue;
-    const float* kb = kv.k[pg] + row * kv.ks + kv.koff;
-    const float* vb = kv.v[pg] + row * kv.vs + kv.voff;
+    using T = typename KvElem<kBf16>::T;
+    const T* kb = KvElem<kBf16>::k(kv)[pg] + row * kv.ks + kv.koff;
+    const T* vb = KvElem<kBf16>::val(kv)[pg] + row * kv.vs + kv.voff;
     // Logits and softmax, kRB rows at a time.
     for (int r0 = 0; r0 < R; r0 += kRB) {
       const int rb = static_cast<int>(imin(kRB, R - r0));
       switch (rb) {
-        case 1: qk_partials<1>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
-        case 2: qk_partials<2>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
-        case 3: qk_partials<3>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
-        default: qk_partials<4>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        case 1: qk_partials<1, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        case 2: qk_partials<2, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        case 3: qk_partials<3, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        default: qk_partials<4, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
       }
       for (int i = 0; i < rb; ++i) {
         const int r = r0 + i;
@@ -235,10 +276,10 @@ void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
       for (int c0 = 0; c0 < nvc; c0 += 4) {
         const int cn = static_cast<int>(imin(4, nvc - c0));
         switch (rb) {
-          case 1: pv_accumulate<1>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
-          case 2: pv_accumulate<2>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
-          case 3: pv_accumulate<3>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
-          default: pv_accumulate<4>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
+          case 1: pv_accumulate<1, T>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
+          case 2: pv_accumulate<2, T>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
+          case 3: pv_accumulate<3, T>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
+          default: pv_accumulate<4, T>(acc_row + r0, prob_row + r0, vis + r0, any_rows, vb, kv.vs, dv, c0, cn); break;
         }
       }
     }
@@ -283,8 +324,9 @@ bool use_packed_kv(const AttnParams& p, int64_t n_q, int64_t n_kv) {
 
 }  // namespace
 
-int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, int n_threads) {
-  const bool pack = use_packed_kv(p, n_q, n_kv);
+int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, int n_threads,
+                              KvDtype dtype) {
+  const bool pack = dtype == KvDtype::kF32 && use_packed_kv(p, n_q, n_kv);
   return scratch_floats_per_thread(p) * n_threads + (pack ? n_kv * (p.d_qk + p.d_v) : 0);
 }
 
@@ -300,7 +342,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   // Runs (query tile, head chunk, kv head) tasks for kv heads [h_begin, h_end); the threads claim
   // chunks of consecutive tasks (query-tile-major) dynamically, so causal work stays balanced and
   // a descheduled thread takes fewer. A task's result doesn't depend on who runs it.
-  auto run_tiles = [&](int32_t h_begin, int32_t h_end, auto head_view) {
+  auto run_tiles = [&](int32_t h_begin, int32_t h_end, auto head_view, auto bf16) {
     const int64_t n_heads = h_end - h_begin;
     const int64_t n_tasks = n_qtiles * n_htiles * n_heads;
     pool.parallel_for(n_tasks, [&](int64_t t0, int64_t t1, int tid) {
@@ -312,16 +354,25 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
         const int64_t i0 = qt * tq, nq = imin(tq, n_q - i0);
         const int32_t g0 = static_cast<int32_t>(ht * th);
         const int32_t gn = static_cast<int32_t>(imin(th, G - g0));
-        attend_tile(q, q_pos, i0, nq, kvh * G + g0, gn, head_view(kvh), n_kv, p, out, ts);
+        attend_tile<decltype(bf16)::value>(q, q_pos, i0, nq, kvh * G + g0, gn, head_view(kvh), n_kv, p,
+                                           out, ts);
       }
     });
   };
+  if (kvp.dtype == KvDtype::kBF16) {  // head-major pages: every head read in place
+    const int64_t ps = kvp.page_slots;
+    run_tiles(0, p.n_kv_heads, [&](int32_t kvh) {
+      return KvView{nullptr, nullptr, kvp.pos, p.d_qk, p.d_v, kvh * ps * p.d_qk, kvh * ps * p.d_v,
+                    ps, kvp.k16, kvp.v16};
+    }, std::true_type{});
+    return;
+  }
   if (!use_packed_kv(p, n_q, n_kv)) {
     const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
     const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
     run_tiles(0, p.n_kv_heads, [&](int32_t kvh) {
       return KvView{kvp.k, kvp.v, kvp.pos, ks, vs, kvh * p.d_qk, kvh * p.d_v, kvp.page_slots};
-    });
+    }, std::false_type{});
     return;
   }
   // The copies are one page: contiguous K/V of one head, and the positions (gathered once).
@@ -340,7 +391,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
     pool.parallel_for(n_kv, [&](int64_t b, int64_t e, int) { pack_head(kvp, b, e, p, kvh, kp, vp); }, 64);
     run_tiles(kvh, kvh + 1, [&](int32_t) {
       return KvView{kpages, vpages, ppages, p.d_qk, p.d_v, 0, 0, n_kv};
-    });
+    }, std::false_type{});
   }
 }
 

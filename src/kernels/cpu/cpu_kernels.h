@@ -74,7 +74,8 @@ void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, 
 // work: attention_work_floats(p, n_q, kv.n_slots, pool.n_threads()) floats (per-thread tile
 // scratch and, for long query runs, one kv head's K/V copied contiguous); pos_work: kv.n_slots
 // int32 (the positions gathered contiguous when the K/V copy is made).
-int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, int n_threads);
+int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, int n_threads,
+                              KvDtype dtype);
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool, float* work,
                int32_t* pos_work);

@@ -100,17 +100,30 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
   }
 }
 
-// Slot j of a paged cache: page j / page_slots, row j % page_slots (ops.h KvPages).
+// Slot j of a paged cache: page j / page_slots, row j % page_slots (ops.h KvPages), in either
+// dtype (bf16 values widened exactly).
 namespace {
 struct Slot {
-  const float* k;
-  const float* v;
+  const float* k = nullptr;  // kF32
+  const float* v = nullptr;
+  const uint16_t* k16 = nullptr;  // kBF16: K dims contiguous, V dims 2 apart (slot pairs)
+  const uint16_t* v16 = nullptr;
   int32_t pos;
+  double k_at(int32_t d) const { return k ? double(k[d]) : double(bf16_to_f32(k16[d])); }
+  double v_at(int32_t d) const { return v ? double(v[d]) : double(bf16_to_f32(v16[2 * d])); }
 };
 Slot slot_at(const KvPages& kv, const AttnParams& p, int64_t j, int32_t kvh) {
   const int64_t page = j / kv.page_slots, row = j % kv.page_slots;
-  return {kv.k[page] + (row * p.n_kv_heads + kvh) * p.d_qk,
-          kv.v[page] + (row * p.n_kv_heads + kvh) * p.d_v, kv.pos[page][row]};
+  Slot s;
+  s.pos = kv.pos[page][row];
+  if (kv.dtype == KvDtype::kBF16) {
+    s.k16 = kv.k16[page] + kv_bf16_k_index(kv.page_slots, p.d_qk, kvh, row, 0);
+    s.v16 = kv.v16[page] + kv_bf16_v_index(kv.page_slots, p.d_v, kvh, row, 0);
+  } else {
+    s.k = kv.k[page] + (row * p.n_kv_heads + kvh) * p.d_qk;
+    s.v = kv.v[page] + (row * p.n_kv_heads + kvh) * p.d_v;
+  }
+  return s;
 }
 }  // namespace
 
@@ -132,7 +145,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
           continue;
         }
         double dot = 0.0;
-        for (int32_t d = 0; d < p.d_qk; ++d) dot += double(qv[d]) * sl.k[d];
+        for (int32_t d = 0; d < p.d_qk; ++d) dot += double(qv[d]) * sl.k_at(d);
         logits[j] = dot * p.scale;
         if (logits[j] > mx) mx = logits[j];
       }
@@ -147,8 +160,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
         if (std::isinf(logits[j])) continue;
         const double e = std::exp(logits[j] - mx);
         denom += e;
-        const float* vv = slot_at(kv, p, j, kvh).v;
-        for (int32_t d = 0; d < p.d_v; ++d) acc[d] += e * vv[d];
+        const Slot sv = slot_at(kv, p, j, kvh);
+        for (int32_t d = 0; d < p.d_v; ++d) acc[d] += e * sv.v_at(d);
       }
       for (int32_t d = 0; d < p.d_v; ++d) o[d] = denom > 0 ? static_cast<float>(acc[d] / denom) : 0.0f;
     }

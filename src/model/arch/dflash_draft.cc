@@ -331,6 +331,7 @@ DFlashDraftModel::DFlashDraftModel(const std::string& dir, const CausalLM& targe
   po.max_seqs = opts.n_seqs;
   po.slack = std::max(opts.max_block, d.block_size);
   po.max_context = opts.max_context + po.slack;
+  po.dtype = opts.kv_dtype;
   own_kv_ = std::make_unique<KvPool>(kv_layout(cfg_), po);
   kv_ = own_kv_.get();
 }
