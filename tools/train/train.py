@@ -288,7 +288,7 @@ def main():
         if rec:
             log.write(json.dumps(rec) + "\n")
             log.flush()
-        if step % args.ckpt_every == 0:
+        if step % args.ckpt_every == 0 or (args.keep_every and step % args.keep_every == 0):
             save()
     save()
     vl, tau = offline_eval(model, seqs, val, args, maps, weights)
