@@ -70,7 +70,7 @@ def main():
       f"{cfg['dflash_config']['loss_decay_gamma']}, AdamW lr {args['lr']} (warm-up {args['warmup']}, cosine), "
       f"bf16 autocast, {args['neg_samples']} sampled negatives per step from the rest of the head; "
       f"**{st['elapsed'] / 60:.1f} min of training** on {args['threads']} torch thread(s). {a.machine}\n")
-    w("Offline curve (held-back 5 % of the training sequences; tau estimate = 1 + mean correct prefix of greedy "
+    w("Offline curve (the ~5 % of the sequences held back by prompt hash; tau estimate = 1 + mean correct prefix of greedy "
       "drafts):\n")
     w("| minutes | step | val loss | offline tau |\n|---:|---:|---:|---:|")
     for r in log:
