@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes DIR/MODEL_CARD.md for an exported drafter from the run's own records.
 
-  model_card.py --export DIR --run RUN --dump DUMP --eval EVAL.json [--engine-curve CURVE.json]
+  model_card.py --export DIR --run RUN [--ckpt ckpt-STEP.pt] --dump DUMP --eval EVAL.json [--engine-curve CURVE.json]
                 [--machine TEXT] [--notes TEXT | --notes-file FILE.md]
 Everything in the card is read from files the recipe wrote: dump meta.json (data), RUN/ckpt.pt and
 RUN/log.jsonl (steps, time, the offline tau curve), evaluate.py's JSON (tau, histogram, speed).
@@ -19,6 +19,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--export", required=True)
     ap.add_argument("--run", required=True)
+    ap.add_argument("--ckpt", default="ckpt.pt", help="the checkpoint that was exported (export.py --ckpt)")
     ap.add_argument("--dump", required=True)
     ap.add_argument("--eval", required=True)
     ap.add_argument("--engine-curve", help="JSON list of {minutes, step, tau} from evaluate.py on checkpoints")
@@ -29,7 +30,7 @@ def main():
     d = Path(a.export)
     cfg = json.loads((d / "config.json").read_text())
     meta = json.loads((Path(a.dump) / "meta.json").read_text())
-    st = torch.load(Path(a.run) / "ckpt.pt", weights_only=False)
+    st = torch.load(Path(a.run) / a.ckpt, weights_only=False)
     args = st["args"]
     log = [json.loads(l) for l in (Path(a.run) / "log.jsonl").read_text().splitlines() if l.strip()]
     ev = json.loads(Path(a.eval).read_text())
@@ -72,10 +73,11 @@ def main():
       f"**{st['elapsed'] / 60:.1f} min of training** on {args['threads']} torch thread(s). {a.machine}\n")
     w("Offline curve (the ~5 % of the sequences held back by prompt hash; tau estimate = 1 + mean correct prefix of greedy "
       "drafts):\n")
-    w("| minutes | step | val loss | offline tau |\n|---:|---:|---:|---:|")
+    w("| minutes | step | train loss (EMA) | val loss | offline tau |\n|---:|---:|---:|---:|---:|")
     for r in log:
         if "val_loss" in r:
-            w(f"| {r['minutes']:.1f} | {r['step']} | {r['val_loss']:.3f} | {r['val_tau_offline']:.2f} |")
+            tl = f"{r['train_loss']:.3f}" if "train_loss" in r else "—"
+            w(f"| {r['minutes']:.1f} | {r['step']} | {tl} | {r['val_loss']:.3f} | {r['val_tau_offline']:.2f} |")
     w("")
     if a.engine_curve:
         curve = json.loads(Path(a.engine_curve).read_text())
