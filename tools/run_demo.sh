@@ -33,5 +33,8 @@ ds=$(speed "$dflash_line"); ns=$(speed "$ngram_line")
 echo "== summary (this machine, this run): DFlash drafter tau ${dflash_tau:-?}, ${ds:-?}x target-only | n-gram tau ${ngram_tau:-?}, ${ns:-?}x"
 if [ -n "$ds" ] && awk "BEGIN{exit !($ds < 1.0)}"; then
   echo "NOTE: the shipped drafter is SLOWER than target-only here (${ds}x); the n-gram proposer gives ${ns:-?}x."
-  echo "      It was trained for 14 min on one shared CPU core (31k tokens): see models/gemma3-270m-dflash/MODEL_CARD.md."
+  minutes=$(grep -o '[0-9.]* min of training' "$DRAFT/MODEL_CARD.md" | head -1 | cut -d' ' -f1)
+  tokens=$(grep -o '[0-9]* of them response tokens' "$DRAFT/MODEL_CARD.md" | head -1 | cut -d' ' -f1)
+  echo "      It was trained for ${minutes:-a few} min on one shared CPU core (${tokens:-few} target tokens):"
+  echo "      see $DRAFT/MODEL_CARD.md for the tau-vs-training-time curve and what a longer run would need."
 fi

@@ -12,7 +12,7 @@ speculators `draft_vocab_size` + `d2t` form. Taps are standardised per dimension
 export folds into fc (so the exported fc reads the raw taps our engine hands it).
 
 RUN/ holds prepared.pt (vocabulary, embedding rows), ckpt.pt (resumable), log.jsonl (loss, offline tau
-estimate on a held-back 5 % of the sequences, wall time), and export/ (see export.py).
+estimate on the ~5 % of the sequences held back by prompt hash, wall time), and export/ (see export.py).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,15 @@ def prepare(args, meta, seqs, out: Path) -> dict:
     print(f"[prepare] target {tt.family} V={V} H={tt.hidden_size}; draft vocab {K} covers {covered:.2%} of "
           f"response tokens; {len(used_ids)} distinct ids in the data ({time.time() - t0:.0f}s)", flush=True)
     return p
+
+
+def held_back(seqs) -> list[int]:
+    """The offline validation sequences: those whose PROMPT hashes to 0 mod 20 (~5 %). A property of
+    each sequence, not of its index, so the split stays the same when a run resumes on a dump that
+    grew (merge_dumps.py) and a prompt's greedy and sampled responses fall on the same side."""
+    keys = [zlib.crc32(s.tokens[:s.prompt_len].numpy().astype(np.int32).tobytes()) for s in seqs]
+    val = [i for i, k in enumerate(keys) if k % 20 == 0]
+    return val or [int(np.argmin(keys))]
 
 
 def tap_scale(seqs) -> torch.Tensor:
@@ -183,9 +193,9 @@ def main():
     p = prepare(args, meta, seqs, out)
     H = p["hidden_size"]
     rng = np.random.default_rng(args.seed)
-    perm = rng.permutation(len(seqs))
-    n_val = max(1, len(seqs) // 20)
-    val, train = perm[:n_val].tolist(), perm[n_val:].tolist()
+    val = held_back(seqs)
+    vset = set(val)
+    train = [i for i in range(len(seqs)) if i not in vset]
 
     V = p["vocab_size"]
     to_compact = torch.full((V,), -1, dtype=torch.long)
@@ -288,7 +298,7 @@ def main():
         if rec:
             log.write(json.dumps(rec) + "\n")
             log.flush()
-        if step % args.ckpt_every == 0:
+        if step % args.ckpt_every == 0 or (args.keep_every and step % args.keep_every == 0):
             save()
     save()
     vl, tau = offline_eval(model, seqs, val, args, maps, weights)
