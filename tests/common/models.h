@@ -21,6 +21,15 @@ inline std::unique_ptr<ThreadPool> make_pool(int n = 2) {
   return p;
 }
 
+// The real Gemma-3-270M Q4_K_M (tools/models/gemma3_270m.sh caches it; $DFLASH_CACHE moves the
+// cache) and the drafter trained for it that the repo ships.
+inline std::string real_gemma3_path() {
+  const char* c = std::getenv("DFLASH_CACHE");
+  const char* home = std::getenv("HOME");
+  return (c && *c ? std::string(c) : std::string(home ? home : "") + "/.cache/dflash") +
+         "/gemma-3-270m-q4_k_m.gguf";
+}
+
 // One forward over `tokens` at pos0 = current cache length, with optional aux capture.
 inline ForwardOut run_forward(CausalLM& m, const std::vector<int32_t>& tokens, LogitsMode mode,
                               const std::vector<int32_t>* aux = nullptr, int32_t seq = 0) {

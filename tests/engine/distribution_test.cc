@@ -18,6 +18,7 @@
 #include "common/golden.h"
 #include "common/models.h"
 #include "common/stats.h"
+#include "core/mmap.h"
 #include "engine/generator.h"
 #include "model/dflash_draft.h"
 #include "sampling/verify.h"
@@ -93,16 +94,24 @@ struct SpecSetup {
                           .at("target")
                           .get<std::string>(),
                   test::fixture("dflash/" + dname + "/draft"), q_temperature) {}
-  SpecSetup(const std::string& tdir, const std::string& ddir, float q_temperature) {
+  SpecSetup(const std::string& tdir, const std::string& ddir, float q_temperature)
+      : SpecSetup(tdir, ddir, golden_prompt(tdir), q_temperature) {}
+  // prompt_ids: the prompt (no self-draft proposer when q_temperature ≤ 0).
+  SpecSetup(const std::string& tdir, const std::string& ddir, std::vector<int32_t> prompt_ids,
+            float q_temperature, int threads = 1)
+      : pool(test::make_pool(threads)), prompt(std::move(prompt_ids)) {
     target = load_causal_lm(tdir, LoadOptions{}, *pool);
     V = target->config().vocab_size;
     auto d = std::make_unique<DFlashDraftModel>(ddir, *target, LoadOptions{}, *pool);
     dflash = std::make_unique<DFlashProposer>(std::move(d), *target);
+    if (q_temperature > 0)
+      self = std::make_unique<SelfDraftProposer>(load_causal_lm(tdir, LoadOptions{}, *pool), prompt,
+                                                 q_temperature);
+  }
+  static std::vector<int32_t> golden_prompt(const std::string& tdir) {
     test::Golden g(tdir + "/golden.safetensors");
     const auto p = g.i32("prompt_ids");
-    prompt.assign(p.begin(), p.begin() + 6);  // short prompt: cheap prefill
-    self = std::make_unique<SelfDraftProposer>(load_causal_lm(tdir, LoadOptions{}, *pool), prompt,
-                                               q_temperature);
+    return {p.begin(), p.begin() + 6};  // short prompt: cheap prefill
   }
 
   // Exact P(t1, t2, t3) under the processed target distribution. Each branch is recomputed from
@@ -328,6 +337,29 @@ TEST(SamplingDistribution, Gemma4SpeculativeMatchesTargetDistribution) {
   EXPECT_FALSE(c_self.reject());
   EXPECT_GT(acc_s, dr_s / 5);
   EXPECT_LT(acc_s, dr_s);
+}
+
+// T > 0 on the real Gemma-3-270M with the drafter the repo ships (models/gemma3-270m-dflash:
+// trained by tools/train, reduced 4,096-row head + d2t): the speculative outputs follow the
+// target's distribution. Skips without the real model (tools/models/gemma3_270m.sh).
+TEST(SamplingDistribution, ShippedDrafterOnRealGemma3MatchesTargetDistribution) {
+  if (!file_exists(test::real_gemma3_path()))
+    GTEST_SKIP() << "real model absent: run tools/models/gemma3_270m.sh";
+  // "Water boils at" with BOS (HF's Gemma 3 tokenizer; tests/fixtures/gguf/gemma3_270m_llamacpp.json).
+  SpecSetup s(test::real_gemma3_path(), test::repo_root() + "/models/gemma3-270m-dflash",
+              {2, 17390, 104264, 657}, 0.0f, 2);
+  s.sp.temperature = 1.0f;
+  s.sp.top_k = 4;
+  const auto exact = s.exact();
+  const int N = 1500;
+  int64_t acc = 0, dr = 0;
+  const auto spec = s.run_generator(s.dflash.get(), N, 990001, &acc, &dr);
+  const auto c = test::chi2_gof(spec, exact, N);
+  std::printf("[T>0 shipped drafter, real Gemma-3-270M] chi2 %.1f TV %.3f (accepted %lld/%lld), "
+              "reject > %.1f\n", c.stat, test::total_variation(spec, exact, N), (long long)acc,
+              (long long)dr, c.threshold);
+  EXPECT_FALSE(c.reject());
+  EXPECT_GT(dr, 0);
 }
 
 // T > 0 with a reduced-vocabulary drafter (speculators d2t): q is zero outside the draft
