@@ -8,6 +8,7 @@
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "kernels/ops.h"
 
 namespace dfl::test {
 
@@ -55,5 +56,25 @@ struct IsaScope {
   explicit IsaScope(IsaLevel l) { set_cpu_isa_limit(l); }
   ~IsaScope() { set_cpu_isa_limit(IsaLevel::kAvx512); }
 };
+
+// Attention test shapes and data (tests/kernels/test_attention*.cc).
+struct AttnCase {
+  int32_t n_heads, n_kv_heads, d_qk, d_v;
+};
+struct AttnData {
+  std::vector<float> q, k, v, sinks;
+  std::vector<int32_t> q_pos, k_pos;
+};
+inline AttnParams attn_params(const AttnCase& c, Window w, const AttnData& d, bool sinks) {
+  AttnParams p;
+  p.n_heads = c.n_heads;
+  p.n_kv_heads = c.n_kv_heads;
+  p.d_qk = c.d_qk;
+  p.d_v = c.d_v;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.d_qk));
+  p.window = w;
+  p.sinks = sinks ? d.sinks.data() : nullptr;
+  return p;
+}
 
 }  // namespace dfl::test

@@ -25,14 +25,8 @@ namespace {
 
 using test::randn;
 
-struct Case {
-  int32_t n_heads, n_kv_heads, d_qk, d_v;
-};
-
-struct Data {
-  std::vector<float> q, k, v, sinks;
-  std::vector<int32_t> q_pos, k_pos;
-};
+using Case = test::AttnCase;
+using Data = test::AttnData;
 
 Data make_data(const Case& c, int64_t n_q, int64_t n_kv, uint32_t seed, bool holes, bool permute) {
   Data d;
@@ -56,15 +50,7 @@ Data make_data(const Case& c, int64_t n_q, int64_t n_kv, uint32_t seed, bool hol
 }
 
 AttnParams params(const Case& c, Window w, const Data& d, bool sinks) {
-  AttnParams p;
-  p.n_heads = c.n_heads;
-  p.n_kv_heads = c.n_kv_heads;
-  p.d_qk = c.d_qk;
-  p.d_v = c.d_v;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.d_qk));
-  p.window = w;
-  p.sinks = sinks ? d.sinks.data() : nullptr;
-  return p;
+  return test::attn_params(c, w, d, sinks);
 }
 
 const Case kCases[] = {{4, 4, 16, 16}, {8, 2, 64, 64}, {4, 1, 192, 128}, {6, 3, 24, 40}, {2, 2, 130, 7}};

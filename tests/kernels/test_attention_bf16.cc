@@ -26,14 +26,8 @@ namespace {
 
 using test::randn;
 
-struct Case {
-  int32_t n_heads, n_kv_heads, d_qk, d_v;
-};
-
-struct Data {
-  std::vector<float> q, k, v, sinks;  // k, v already bf16-rounded (fp32 values)
-  std::vector<int32_t> q_pos, k_pos;
-};
+using Case = test::AttnCase;
+using Data = test::AttnData;  // (test_attention_bf16: k, v already bf16-rounded)
 
 float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
@@ -59,15 +53,7 @@ Data make_data(const Case& c, int64_t n_q, int64_t n_kv, uint32_t seed, bool rot
 }
 
 AttnParams params(const Case& c, Window w, const Data& d, bool sinks) {
-  AttnParams p;
-  p.n_heads = c.n_heads;
-  p.n_kv_heads = c.n_kv_heads;
-  p.d_qk = c.d_qk;
-  p.d_v = c.d_v;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.d_qk));
-  p.window = w;
-  p.sinks = sinks ? d.sinks.data() : nullptr;
-  return p;
+  return test::attn_params(c, w, d, sinks);
 }
 
 // The same slots as bf16 head-major pages of `page_slots` rows (0: one page of n_kv rounded up
