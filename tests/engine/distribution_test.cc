@@ -143,6 +143,22 @@ struct SpecSetup {
     return out;
   }
 
+  // T = 1, top-k 4: N seeded DFlash generations follow the exact distribution (chi-square does
+  // not reject) and some drafts were made; prints the statistic under `label`.
+  void expect_dflash_follows_target(const char* label, int N, uint64_t seed0) {
+    sp.temperature = 1.0f;
+    sp.top_k = 4;
+    const auto ex = exact();
+    int64_t acc = 0, dr = 0;
+    const auto spec = run_generator(dflash.get(), N, seed0, &acc, &dr);
+    const auto c = test::chi2_gof(spec, ex, N);
+    std::printf("[T>0 %s] DFlash (draft vocab %lld of %d) chi2 %.1f TV %.3f (accepted %lld/%lld), "
+                "reject > %.1f\n", label, (long long)dflash->drafter().out_vocab(), V, c.stat,
+                test::total_variation(spec, ex, N), (long long)acc, (long long)dr, c.threshold);
+    EXPECT_FALSE(c.reject()) << label;
+    EXPECT_GT(dr, 0) << label;
+  }
+
   std::map<Triple, int64_t> run_generator(Proposer* proposer, int N, uint64_t seed0,
                                           int64_t* accepted = nullptr, int64_t* drafted = nullptr) {
     Generator gen(*target, proposer);
@@ -348,18 +364,7 @@ TEST(SamplingDistribution, ShippedDrafterOnRealGemma3MatchesTargetDistribution) 
   // "Water boils at" with BOS (HF's Gemma 3 tokenizer; tests/fixtures/gguf/gemma3_270m_llamacpp.json).
   SpecSetup s(test::real_gemma3_path(), test::repo_root() + "/models/gemma3-270m-dflash",
               {2, 17390, 104264, 657}, 0.0f, 2);
-  s.sp.temperature = 1.0f;
-  s.sp.top_k = 4;
-  const auto exact = s.exact();
-  const int N = 1500;
-  int64_t acc = 0, dr = 0;
-  const auto spec = s.run_generator(s.dflash.get(), N, 990001, &acc, &dr);
-  const auto c = test::chi2_gof(spec, exact, N);
-  std::printf("[T>0 shipped drafter, real Gemma-3-270M] chi2 %.1f TV %.3f (accepted %lld/%lld), "
-              "reject > %.1f\n", c.stat, test::total_variation(spec, exact, N), (long long)acc,
-              (long long)dr, c.threshold);
-  EXPECT_FALSE(c.reject());
-  EXPECT_GT(dr, 0);
+  s.expect_dflash_follows_target("shipped drafter, real Gemma-3-270M", 1500, 990001);
 }
 
 // T > 0 with a reduced-vocabulary drafter (speculators d2t): q is zero outside the draft
@@ -367,18 +372,7 @@ TEST(SamplingDistribution, ShippedDrafterOnRealGemma3MatchesTargetDistribution) 
 // the speculative outputs still follow the target's distribution.
 TEST(SamplingDistribution, ReducedVocabularyDrafterMatchesTargetDistribution) {
   SpecSetup s("speculators_d2t", 0.25f);
-  s.sp.temperature = 1.0f;
-  s.sp.top_k = 4;
-  const auto exact = s.exact();
-  const int N = 3000;
-  int64_t acc = 0, dr = 0;
-  const auto spec = s.run_generator(s.dflash.get(), N, 900001, &acc, &dr);
-  const auto c = test::chi2_gof(spec, exact, N);
-  std::printf("[T>0 d2t] DFlash (draft vocab %lld of %d) chi2 %.1f TV %.3f (accepted %lld/%lld), "
-              "reject > %.1f\n", (long long)s.dflash->drafter().out_vocab(), s.V, c.stat,
-              test::total_variation(spec, exact, N), (long long)acc, (long long)dr, c.threshold);
-  EXPECT_FALSE(c.reject());
-  EXPECT_GT(dr, 0);
+  s.expect_dflash_follows_target("d2t", 3000, 900001);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -55,6 +56,26 @@ inline std::vector<IsaLevel> attention_levels() {
 struct IsaScope {
   explicit IsaScope(IsaLevel l) { set_cpu_isa_limit(l); }
   ~IsaScope() { set_cpu_isa_limit(IsaLevel::kAvx512); }
+};
+
+// The attention paths a machine has: every ISA level with AMX off, then AVX-512 + AMX where
+// usable (the prefill kernel); PathScope selects one for a scope.
+struct PathConfig {
+  IsaLevel isa;
+  bool amx;
+  std::string name;
+};
+inline std::vector<PathConfig> attention_paths() {
+  std::vector<PathConfig> v;
+  for (IsaLevel isa : attention_levels()) v.push_back({isa, false, isa_name(isa)});
+  set_amx_enabled(true);
+  if (amx_usable()) v.push_back({IsaLevel::kAvx512, true, "avx512+amx"});
+  return v;
+}
+struct PathScope {
+  IsaScope isa;
+  explicit PathScope(const PathConfig& c) : isa(c.isa) { set_amx_enabled(c.amx); }
+  ~PathScope() { set_amx_enabled(true); }
 };
 
 // Attention test shapes and data (tests/kernels/test_attention*.cc).

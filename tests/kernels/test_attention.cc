@@ -333,25 +333,9 @@ Data make_paged_data(const Case& c, int64_t n_q, int64_t n_kv, uint32_t seed) {
   return d;
 }
 
-struct PathConfig {
-  IsaLevel isa;
-  bool amx;
-  const char* name;
-};
-
-std::vector<PathConfig> attention_paths() {
-  std::vector<PathConfig> v;
-  for (IsaLevel isa : test::attention_levels()) v.push_back({isa, false, isa_name(isa)});
-  set_amx_enabled(true);
-  if (amx_usable()) v.push_back({IsaLevel::kAvx512, true, "avx512+amx"});
-  return v;
-}
-
-struct PathScope {
-  test::IsaScope isa;
-  explicit PathScope(const PathConfig& c) : isa(c.isa) { set_amx_enabled(c.amx); }
-  ~PathScope() { set_amx_enabled(true); }
-};
+using test::attention_paths;
+using test::PathConfig;
+using test::PathScope;
 
 // The paged call == the contiguous call, bit for bit, on every path: random shapes (GQA,
 // d_qk != d_v, odd dims), sinks, every window kind, empty slots with NaN K/V, page_slots

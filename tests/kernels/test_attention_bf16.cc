@@ -121,25 +121,9 @@ void fp32_with_nan_holes(const Case& c, Data& d) {
       }
 }
 
-struct PathConfig {
-  IsaLevel isa;
-  bool amx;
-  std::string name;
-};
-
-std::vector<PathConfig> attention_paths() {
-  std::vector<PathConfig> v;
-  for (IsaLevel isa : test::attention_levels()) v.push_back({isa, false, isa_name(isa)});
-  set_amx_enabled(true);
-  if (amx_usable()) v.push_back({IsaLevel::kAvx512, true, "avx512+amx"});
-  return v;
-}
-
-struct PathScope {
-  test::IsaScope isa;
-  explicit PathScope(const PathConfig& c) : isa(c.isa) { set_amx_enabled(c.amx); }
-  ~PathScope() { set_amx_enabled(true); }
-};
+using test::attention_paths;
+using test::PathConfig;
+using test::PathScope;
 
 const Window kWindows[] = {{-1, 0}, {-1, -1}, {7, 0}, {3, 3}, {0, 0}, {20, -1}};
 
