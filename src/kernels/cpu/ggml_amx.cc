@@ -24,6 +24,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/error.h"
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx512.h"
@@ -47,117 +48,121 @@ constexpr int kShift = T == kQ8_0 ? 7 : T == kQ4_0 ? 3 : 4;  // log2 of the offs
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// 4 bits of every lane's qh (bits sh .. sh + 3) spread to bit 4 of its 4 bytes.
-inline __m512i fifth_bits(__m512i qh, int sh) {
-  const __m512i x =
-      _mm512_and_si512(_mm512_srli_epi32(qh, static_cast<unsigned>(sh)), _mm512_set1_epi32(0xF));
-  const __m512i s = _mm512_and_si512(_mm512_mullo_epi32(x, _mm512_set1_epi32(0x00204081)),
-                                     _mm512_set1_epi32(0x01010101));
-  return _mm512_slli_epi32(s, 4);
+// The step lambdas of tile_rows must inline: out of line, the row accumulators they capture
+// live on the stack (a load and a store per row and block) — the kernel ran at half speed.
+#define DFL_INLINE __attribute__((always_inline))
+
+// Mask of the 5th bits of Q5_0 qs group g (the packed layout: cpu/ggml_avx512.cc).
+inline __mmask64 fifth_bit_mask(const uint8_t* qh, int g) {
+  uint64_t m;
+  std::memcpy(&m, qh + 8 * g, 8);
+  return static_cast<__mmask64>(m);
 }
 
-// The B operand (8 rows × 64 bytes) of packed block bp. Q8_0 as stored: u = q + 128 (unsigned,
-// for tdpbsud and the Σ q correction); signed (for tdpbssd, no correction): q = u − off written
-// into ub — Q8_0 by flipping the top bit, Q4_0 / Q5_0 unpacked from their nibbles (rows 0..3:
-// elements 4g + i = low nibbles, rows 4..7: 16 + 4g + i) and shifted by their offset.
-template <int T, bool Signed>
-inline const uint8_t* b_operand(const uint8_t* bp, uint8_t* ub) {
-  static_assert(Signed || T == kQ8_0, "Q4_0 / Q5_0 are always unpacked signed");
-  if constexpr (T == kQ8_0) {
-    if constexpr (!Signed) return bp;
-    const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
-    for (int g = 0; g < 8; ++g)
-      _mm512_store_si512(ub + 64 * g, _mm512_xor_si512(_mm512_loadu_si512(bp + 64 * g), top));
-    return ub;
-  } else {
+// The signed B operand (8 rows × 64 bytes) of packed Q4_0 / Q5_0 block bp, written into ub:
+// q = u − off unpacked from the nibbles (rows 0..3: elements 4g + i = low nibbles, rows 4..7:
+// 16 + 4g + i).
+template <int T>
+inline void b_operand(const uint8_t* bp, uint8_t* ub) {
+  static_assert(T != kQ8_0, "Q8_0's B operand is its packed bytes");
+  {
     const __m512i m4 = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(1 << kShift<T>);
-    __m512i qh = _mm512_setzero_si512();
-    if constexpr (T == kQ5_0) qh = _mm512_loadu_si512(bp + 256);
     for (int g = 0; g < 4; ++g) {
       const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
       __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
-      if constexpr (T == kQ5_0) {
-        lo = _mm512_or_si512(lo, fifth_bits(qh, 4 * g));
-        hi = _mm512_or_si512(hi, fifth_bits(qh, 16 + 4 * g));
+      if constexpr (T == kQ5_0) {  // q = nibble + 16 · 5th bit − 16: minus 16 where the bit is 0
+        lo = _mm512_mask_sub_epi8(lo, _knot_mask64(fifth_bit_mask(bp + 256, g)), lo, off);
+        hi = _mm512_mask_sub_epi8(hi, _knot_mask64(fifth_bit_mask(bp + 256, 4 + g)), hi, off);
+      } else {
+        lo = _mm512_sub_epi8(lo, off);
+        hi = _mm512_sub_epi8(hi, off);
       }
-      _mm512_store_si512(ub + 64 * g, _mm512_sub_epi8(lo, off));
-      _mm512_store_si512(ub + 64 * (4 + g), _mm512_sub_epi8(hi, off));
+      _mm512_store_si512(ub + 64 * g, lo);
+      _mm512_store_si512(ub + 64 * (4 + g), hi);
     }
-    return ub;
   }
 }
 
-// Slot J of the ring: A in tmm(J % 2), B in tmm(2 + J % 2), C in tmm(4 + J); signed or
-// unsigned B. (The tile intrinsics take literal tile numbers.)
-template <int J, bool Signed>
+// Parity P of the step ring: A in tmm(P), B in tmm(2 + P), C in tmm(4 + P); tmm6 holds the
+// constant −128 B tile. Q8_0 takes its stored u = q + 128 straight from the packed bytes
+// (tdpbsud) and adds A·(−128) into the same C tile (tdpbssd): C = Σ q·(u − 128), exact, with
+// neither a vector-built B (a vector store that a tile load reads soon after stalls it) nor a
+// per-row correction in the epilogue. Q4_0 / Q5_0: tdpbssd on their signed unpacked values.
+// (The tile intrinsics take literal tile numbers.)
+template <int P, bool Q8>
 void block_product(const int8_t* xa, int64_t ldq, const uint8_t* bo);
-template <int J>
+template <int P>
 void store_product(int32_t (*c)[16]);
-#define DFL_GGML_PRODUCT(J, A, B, C)                                                       \
+#define DFL_GGML_PRODUCT(P, A, B, C)                                                       \
   template <>                                                                              \
-  inline void block_product<J, false>(const int8_t* xa, int64_t ldq, const uint8_t* bo) {  \
+  inline void block_product<P, true>(const int8_t* xa, int64_t ldq, const uint8_t* bo) {   \
     _tile_loadd(A, xa, ldq);                                                               \
     _tile_loadd(B, bo, 64);                                                                \
     _tile_zero(C);                                                                         \
     _tile_dpbsud(C, A, B);                                                                 \
+    _tile_dpbssd(C, A, 6);                                                                 \
   }                                                                                        \
   template <>                                                                              \
-  inline void block_product<J, true>(const int8_t* xa, int64_t ldq, const uint8_t* bo) {   \
+  inline void block_product<P, false>(const int8_t* xa, int64_t ldq, const uint8_t* bo) {  \
     _tile_loadd(A, xa, ldq);                                                               \
     _tile_loadd(B, bo, 64);                                                                \
     _tile_zero(C);                                                                         \
     _tile_dpbssd(C, A, B);                                                                 \
   }                                                                                        \
   template <>                                                                              \
-  inline void store_product<J>(int32_t (*c)[16]) {                                         \
+  inline void store_product<P>(int32_t (*c)[16]) {                                         \
     _tile_stored(C, c, 64);                                                                \
   }
 DFL_GGML_PRODUCT(0, 0, 2, 4)
 DFL_GGML_PRODUCT(1, 1, 3, 5)
-DFL_GGML_PRODUCT(2, 0, 2, 6)
-DFL_GGML_PRODUCT(3, 1, 3, 7)
 #undef DFL_GGML_PRODUCT
 
+// Step i's block: lane-major (lanes 0..7, blocks l, l + 8, ... of each; lanes l < nb % 8 hold
+// q + 1 blocks, the others q). Once per call: the former per-step divisions were a third of the
+// non-tile time.
+constexpr int64_t kMaxBlocks = 4096;  // K ≤ 131072
+void lane_major_order(int64_t nb, int16_t* seq) {
+  int64_t i = 0;
+  for (int64_t l = 0; l < 8; ++l)
+    for (int64_t b = l; b < nb; b += 8) seq[i++] = static_cast<int16_t>(b);
+}
+
 // Rows [m0, m0 + R) × the 16 outputs of one packed tile (all nb blocks): the 8 lane sums per
-// row into lanes[R][8][16]. next_tile (or nullptr): the following tile, prefetched block by block.
-template <int T, int R, bool Signed>
+// row into lanes[R][8][16]. next_tile (or nullptr): the following tile, prefetched block by
+// block. Step i: issue the product of block seq[i + 2], store that of seq[i + 1], finish
+// seq[i] (the lane's R accumulators in registers); Q4_0 / Q5_0 unpack the B operand of step
+// i + 4 into a ring of four, so a tile load reads bytes stored two steps before.
+template <int T, int R>
 void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
-               const uint8_t* next_tile, const uint8_t* bcache, float (*lanes)[8][16]) {
+               const uint8_t* next_tile, const int16_t* seq, float (*lanes)[8][16]) {
   constexpr int64_t BB = kBlockBytes<T>;
-  const int64_t ldq = a.K + 256;
+  constexpr bool kQ8 = T == kQ8_0;
+  const int64_t ldq = a.K + 256, n = nb;
   const int8_t* xq = a.q + m0 * ldq;
   const float* xd = a.d + m0 * nb;
-  const int32_t* xs = a.s32 + m0 * nb;
-  alignas(64) int32_t c[4][16][16];
+  alignas(64) int32_t c[2][16][16];
   alignas(64) uint8_t ub[4][512];
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  // Step i runs block seq(i): lane-major (lanes 0..7, blocks l, l + 8, ... of each). Lanes
-  // l < nb % 8 hold q + 1 blocks, the others q.
-  const int64_t n = nb, q = nb / 8, rem = nb % 8;
-  auto seq = [&](int64_t i) -> int64_t {
-    if (i < rem * (q + 1)) return i / (q + 1) + 8 * (i % (q + 1));
-    const int64_t j = i - rem * (q + 1);
-    return rem + j / q + 8 * (j % q);
+  auto unpack = [&](int64_t i) DFL_INLINE {
+    if constexpr (!kQ8) {
+      if (i < n) b_operand<T>(tile + seq[i] * BB, ub[i % 4]);
+    }
   };
-  auto product = [&](auto jc, int64_t i) {
-    constexpr int J = decltype(jc)::value;
-    const int64_t b = seq(i);
+  auto product = [&](auto pc, int64_t i) DFL_INLINE {
+    const int64_t b = seq[i];
     if (next_tile) {
       const char* pf = reinterpret_cast<const char*>(next_tile + b * BB);
       for (int64_t o = 0; o < BB; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
     }
-    block_product<J, Signed>(xq + 32 * b, ldq,
-                             bcache ? bcache + 512 * b : b_operand<T, Signed>(tile + b * BB, ub[J]));
+    block_product<decltype(pc)::value, kQ8>(xq + 32 * b, ldq, kQ8 ? tile + b * BB : ub[i % 4]);
   };
-  auto finish = [&](int64_t i, int32_t (*cb)[16]) {
-    const int64_t b = seq(i);
+  auto finish = [&](int64_t i, int32_t (*cb)[16]) DFL_INLINE {
+    const int64_t b = seq[i];
     const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(tile + b * BB + kQs<T> + kQh<T>));
     for (int r = 0; r < R; ++r) {
-      __m512i dv = _mm512_load_si512(cb[r]);
-      if constexpr (!Signed) dv = _mm512_sub_epi32(dv, _mm512_set1_epi32(xs[r * nb + b] << kShift<T>));
       const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[r * nb + b]));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dv), sc, acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[r])), sc, acc[r]);
     }
     if (b + 8 >= nb) {  // the lane's last block
       for (int r = 0; r < R; ++r) {
@@ -166,80 +171,71 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
       }
     }
   };
-  // Step i (J = i % 4): issue the product of i + 2, store that of i + 1, finish i.
-  auto step = [&](auto jc, int64_t i) {
-    constexpr int J = decltype(jc)::value;
-    if (i + 2 < n) product(std::integral_constant<int, (J + 2) % 4>{}, i + 2);
-    if (i + 1 < n) store_product<(J + 1) % 4>(c[(J + 1) % 4]);
-    finish(i, c[J]);
+  using P0 = std::integral_constant<int, 0>;
+  using P1 = std::integral_constant<int, 1>;
+  auto step = [&](auto pc, int64_t i) DFL_INLINE {
+    constexpr int P = decltype(pc)::value;
+    unpack(i + 4);
+    if (i + 2 < n) product(pc, i + 2);
+    if (i + 1 < n) store_product<1 - P>(c[1 - P]);
+    finish(i, c[P]);
   };
-  product(std::integral_constant<int, 0>{}, 0);
-  if (n > 1) product(std::integral_constant<int, 1>{}, 1);
+  for (int64_t i = 0; i < 4; ++i) unpack(i);
+  product(P0{}, 0);
+  if (n > 1) product(P1{}, 1);
   store_product<0>(c[0]);
-  for (int64_t i = 0; i < n; i += 4) {
-    step(std::integral_constant<int, 0>{}, i);
-    if (i + 1 < n) step(std::integral_constant<int, 1>{}, i + 1);
-    if (i + 2 < n) step(std::integral_constant<int, 2>{}, i + 2);
-    if (i + 3 < n) step(std::integral_constant<int, 3>{}, i + 3);
+  for (int64_t i = 0; i < n; i += 2) {
+    step(P0{}, i);
+    if (i + 1 < n) step(P1{}, i + 1);
   }
   for (int64_t l = nb; l < 8; ++l)  // lanes without blocks (K < 256)
     for (int r = 0; r < R; ++r) _mm512_store_ps(lanes[r][l], _mm512_setzero_ps());
 }
 
-template <int T, bool Signed>
-void run_rows_as(int64_t R, const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
-                 const uint8_t* next, const uint8_t* bcache, float (*lanes)[8][16]) {
+template <int T>
+void run_rows(int64_t R, const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
+              const uint8_t* next, const int16_t* seq, float (*lanes)[8][16]) {
   switch (R) {
 #define DFL_GGML_ROWS(r) \
-  case r: return tile_rows<T, r, Signed>(a, m0, tile, nb, next, bcache, lanes);
+  case r: return tile_rows<T, r>(a, m0, tile, nb, next, seq, lanes);
     DFL_GGML_ROWS(1) DFL_GGML_ROWS(2) DFL_GGML_ROWS(3) DFL_GGML_ROWS(4) DFL_GGML_ROWS(5)
     DFL_GGML_ROWS(6) DFL_GGML_ROWS(7) DFL_GGML_ROWS(8) DFL_GGML_ROWS(9) DFL_GGML_ROWS(10)
     DFL_GGML_ROWS(11) DFL_GGML_ROWS(12) DFL_GGML_ROWS(13) DFL_GGML_ROWS(14) DFL_GGML_ROWS(15)
 #undef DFL_GGML_ROWS
-    default: return tile_rows<T, 16, Signed>(a, m0, tile, nb, next, bcache, lanes);
+    default: return tile_rows<T, 16>(a, m0, tile, nb, next, seq, lanes);
   }
 }
 
-// Signed B operands (tdpbssd) for Q4_0 / Q5_0 and for cached Q8_0; Q8_0 straight from the packed
-// bytes otherwise (tdpbsud and the correction).
-template <int T>
-void run_rows(int64_t R, const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
-              const uint8_t* next, const uint8_t* bcache, float (*lanes)[8][16]) {
-  if constexpr (T == kQ8_0) {
-    if (!bcache) return run_rows_as<T, false>(R, a, m0, tile, nb, next, bcache, lanes);
-  }
-  run_rows_as<T, true>(R, a, m0, tile, nb, next, bcache, lanes);
-}
-
-// A tiles (tmm0/1): 16 rows × 32 bytes (one block of k); B (tmm2/3): 8 rows × 64 bytes; C
-// (tmm4..7): 16 × 16 int32.
+// A tiles (tmm0/1): 16 rows × 32 bytes (one block of k); B (tmm2/3, and the −128 tile tmm6):
+// 8 rows × 64 bytes; C (tmm4/5): 16 × 16 int32.
 void configure_ggml_tiles() {
-  configure_tiles({16, 16, 8, 8, 16, 16, 16, 16}, {32, 32, 64, 64, 64, 64, 64, 64});
+  configure_tiles({16, 16, 8, 8, 16, 16, 8, 16}, {32, 32, 64, 64, 64, 64, 64, 64});
+  alignas(64) static const uint8_t kMinus128[512] = {
+#define DFL_X8 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80
+#define DFL_X64 DFL_X8, DFL_X8, DFL_X8, DFL_X8, DFL_X8, DFL_X8, DFL_X8, DFL_X8
+      DFL_X64, DFL_X64, DFL_X64, DFL_X64, DFL_X64, DFL_X64, DFL_X64, DFL_X64
+#undef DFL_X64
+#undef DFL_X8
+  };
+  _tile_loadd(6, kMinus128, 64);
 }
-
-// Signed B operands of one tile (K ≤ 32 · kCacheBlocks), per thread.
-constexpr int64_t kCacheBlocks = 128;
-alignas(64) thread_local uint8_t g_bcache[kCacheBlocks * 512];
 
 template <int T>
 void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0,
                   int64_t t1) {
   const int64_t nb = w.n_in / 32, N = w.n_out, n_tiles = (N + 15) / 16;
+  DFL_ASSERT(nb <= kMaxBlocks);
   const uint8_t* packed = static_cast<const uint8_t*>(w.packed);
   alignas(64) float lanes[16][8][16];
+  int16_t seq[kMaxBlocks];
+  lane_major_order(nb, seq);
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* tile = packed + t * nb * kBlockBytes<T>;
     const uint8_t* next = t + 1 < n_tiles ? tile + nb * kBlockBytes<T> : nullptr;
     const int64_t n0 = t * 16;
-    // Several 16-row groups: the tile's signed B operands once for all of them.
-    const uint8_t* bcache = nullptr;
-    if (M > 16 && nb <= kCacheBlocks) {
-      for (int64_t b = 0; b < nb; ++b) b_operand<T, true>(tile + b * kBlockBytes<T>, g_bcache + 512 * b);
-      bcache = g_bcache;
-    }
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
       const int64_t R = imin(16, M - m0);
-      run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, bcache, lanes);
+      run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, seq, lanes);
       avx512::store_lane_sums(&lanes[0][0][0], R, N - n0, y + m0 * N + n0, N);
     }
   }

@@ -496,7 +496,8 @@ void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y,
 // Per tile of 16 outputs, per 32-block (kQ32x16BlockBytes(T) bytes):
 //   Q8_0: u [8 g][16 o][4] (q + 128, elements 4g..4g+3), d [16] f32
 //   Q5_0 / Q4_0: qs [4 g][16 o][4] (the ggml qs bytes 4g..4g+3: low nibbles = elements 4g + i,
-//         high = 16 + 4g + i), Q5_0 only: qh [16] u32 (bit e = 5th bit of element e), d [16] f32
+//         high = 16 + 4g + i), Q5_0 only: qh [8 (lo g0..3, hi g0..3)] u64 masks (bit 4o + i =
+//         the 5th bit of that group's byte 4o + i), d [16] f32
 // Integer dots per output in the lanes, then exactly the fp steps of the portable int8 kernel.
 namespace dfl::cpu::avx512 {
 namespace {
@@ -506,12 +507,12 @@ constexpr int64_t kQ32Qs = T == int(DType::kQ8_0) ? 512 : 256;
 template <int T>
 constexpr int64_t kQ32Qh = T == int(DType::kQ5_0) ? 64 : 0;
 
-// 4 bits of every lane's qh (bits sh .. sh + 3) spread to bit 4 of its 4 bytes.
-inline __m512i spread_bits(__m512i qh, int sh) {
-  const __m512i x = _mm512_and_si512(_mm512_srli_epi32(qh, static_cast<unsigned>(sh)), _mm512_set1_epi32(0xF));
-  const __m512i s = _mm512_and_si512(_mm512_mullo_epi32(x, _mm512_set1_epi32(0x00204081)),
-                                     _mm512_set1_epi32(0x01010101));
-  return _mm512_slli_epi32(s, 4);
+// Mask of the 5th bits of qs group g (prepack: 8 u64 after the qs bytes; bit 4o + i = the 5th
+// bit of byte 4o + i of the group's 64 — low nibbles for g < 4, high for g ≥ 4).
+inline __mmask64 fifth_bit_mask(const uint8_t* qh, int g) {
+  uint64_t m;
+  std::memcpy(&m, qh + 8 * g, 8);
+  return static_cast<__mmask64>(m);
 }
 
 template <int T, int MR>
@@ -527,14 +528,13 @@ void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, fl
     }
   } else {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512i qh = _mm512_setzero_si512();
-    if (T == int(DType::kQ5_0)) qh = _mm512_loadu_si512(bp + 256);
+    const __m512i b16 = _mm512_set1_epi8(16);
     for (int g = 0; g < 4; ++g) {
       const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
       __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
-      if (T == int(DType::kQ5_0)) {
-        lo = _mm512_or_si512(lo, spread_bits(qh, 4 * g));
-        hi = _mm512_or_si512(hi, spread_bits(qh, 16 + 4 * g));
+      if (T == int(DType::kQ5_0)) {  // u = nibble + 16 · 5th bit
+        lo = _mm512_mask_add_epi8(lo, fifth_bit_mask(bp + 256, g), lo, b16);
+        hi = _mm512_mask_add_epi8(hi, fifth_bit_mask(bp + 256, 4 + g), hi, b16);
       }
       for (int r = 0; r < MR; ++r) {
         const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
