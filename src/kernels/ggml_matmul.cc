@@ -25,7 +25,8 @@
 // kInt8x2 (the default): the residual r = x − d·q of each block (fp32, one multiply and one
 // subtract, no fma) is quantized the same way (d2 = absmax(r) / 127, q2 = rne(r / d2)); the
 // kernels see the 2M rows [q of rows m0.., q2 of rows m0..] in one call (so each weight block
-// is unpacked once for both) and y = y(q) + y(q2), one fp32 add.
+// is unpacked once for both) and y = y(q) + y(q2), one fp32 add, made by the kernel as it writes
+// the q2 row (GgmlAct::pair: no 2M-row buffer and no separate pass over it).
 // Each row's result depends only on that row: batch- and thread-count invariant. Rows are
 // processed in chunks of kGgmlRowChunk (AMX: kGgmlAmxMaxRows), each weight block unpacked
 // once per chunk (so once per call for verify-sized batches).
@@ -244,7 +245,7 @@ void portable_range(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, flo
           }
         }
       }
-      y[m * w.n_out + n] = reduce8(acc);
+      cpu::put_y(y, w.n_out, m, n, reduce8(acc), a.pair);
     }
   }
 }
@@ -330,7 +331,7 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   const int64_t qrows_used = split ? 2 * std::min(n_rows, chunk) : n_rows;
   const int64_t qrows = amx ? (qrows_used + 15) / 16 * 16 : qrows_used;
   thread_local std::vector<int8_t> qbuf;
-  thread_local std::vector<float> dbuf, rbuf, ybuf;
+  thread_local std::vector<float> dbuf, rbuf;
   thread_local std::vector<int32_t> sbuf, s32buf;
   auto grow = [](auto& v, int64_t n) {
     if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
@@ -341,7 +342,6 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   grow(s32buf, qrows * (K / 32));
   if (split) {
     grow(rbuf, chunk * K);
-    grow(ybuf, 2 * chunk * w.n_out);
   } else {
     quantize_rows(x, n_rows, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data(), nullptr,
                   isa, pool);
@@ -362,7 +362,6 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
                     s32buf.data() + Mx * (K / 32), nullptr, isa, pool);
       M = 2 * Mx;
       q0 = 0;
-      ym = ybuf.data();
     }
     cpu::GgmlAct a;
     a.q = qbuf.data() + q0 * (K + 256);
@@ -370,6 +369,7 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     a.s16 = sbuf.data() + q0 * (K / 16);
     a.s32 = s32buf.data() + q0 * (K / 32);
     a.K = K;
+    a.pair = split ? Mx : 0;  // the kernels add y(q2) into y(q) as they write
     if (amx && w.packed_format == kPackedQ32x16) {
       cpu::amx::matmul_q32x16(a, M, w, ym, pool);
     } else if (amx && w.packed_format == kPackedQ4K16) {
@@ -387,12 +387,6 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     } else {
       pool.parallel_for(
           w.n_out, [&](int64_t n0, int64_t n1, int) { portable_range(a, M, w, ym, n0, n1); }, 16);
-    }
-    if (split) {
-      const int64_t N = w.n_out;
-      float* yo = y + m0 * N;
-      for (int64_t m = 0; m < Mx; ++m)
-        for (int64_t n = 0; n < N; ++n) yo[m * N + n] = ybuf[m * N + n] + ybuf[(Mx + m) * N + n];
     }
   }
 }

@@ -34,7 +34,21 @@ struct GgmlAct {
   const int32_t* s16 = nullptr; // [M, K / 16]
   const int32_t* s32 = nullptr; // [M, K / 32]
   int64_t K = 0;
+  // int8x2 (kernels/ggml_matmul.cc): rows [pair, 2·pair) are the residual halves of rows
+  // [0, pair); their results are ADDED to y rows m − pair (y = y(q) + y(q2), one fp32 add)
+  // instead of stored. Needs each output's rows written in increasing row order by one thread
+  // (every kernel does: a tile's rows after one another), so y(q) is there before y(q2) adds.
+  // 0: plain rows.
+  int64_t pair = 0;
 };
+
+// y[m][n] = v, or under a.pair the residual row's y[m − pair][n] += v.
+inline void put_y(float* y, int64_t ldy, int64_t m, int64_t n, float v, int64_t pair) {
+  if (pair && m >= pair)
+    y[(m - pair) * ldy + n] += v;
+  else
+    y[m * ldy + n] = v;
+}
 // Activation rows a GGML kernel call handles at once (each weight block is unpacked once per
 // chunk).
 constexpr int64_t kGgmlRowChunk = 16;

@@ -236,7 +236,7 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
       const int64_t R = imin(16, M - m0);
       run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, seq, lanes);
-      avx512::store_lane_sums(&lanes[0][0][0], R, N - n0, y + m0 * N + n0, N);
+      avx512::store_lane_sums(&lanes[0][0][0], R, N - n0, y + m0 * N + n0, N, m0, a.pair);
     }
   }
 }

@@ -112,7 +112,7 @@ void range32(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64
     for (int64_t m = 0; m < M; ++m) {
       alignas(32) float l[8];
       _mm256_store_ps(l, acc[m]);
-      y[m * w.n_out + n] = reduce8(l);
+      put_y(y, w.n_out, m, n, reduce8(l), a.pair);
     }
   }
 }
@@ -176,7 +176,7 @@ void range_k45(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int
         l = __builtin_fmaf(-static_cast<float>(msum), dmin * dx, l);
       }
     }
-    for (int64_t m = 0; m < M; ++m) y[m * w.n_out + n] = reduce8(acc[m]);
+    for (int64_t m = 0; m < M; ++m) put_y(y, w.n_out, m, n, reduce8(acc[m]), a.pair);
   }
 }
 
@@ -225,7 +225,7 @@ void range_q6k(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int
         l = __builtin_fmaf(static_cast<float>(isum), d * dx, l);
       }
     }
-    for (int64_t m = 0; m < M; ++m) y[m * w.n_out + n] = reduce8(acc[m]);
+    for (int64_t m = 0; m < M; ++m) put_y(y, w.n_out, m, n, reduce8(acc[m]), a.pair);
   }
 }
 
@@ -340,7 +340,7 @@ void q4k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, i
         }
       }
     }
-    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out);
+    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out, 0, a.pair);
   }
 }
 
@@ -574,7 +574,7 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
         }
       }
     }
-    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out);
+    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out, 0, a.pair);
   }
 }
 
@@ -657,7 +657,7 @@ void q6k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, i
         }
       }
     }
-    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out);
+    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out, 0, a.pair);
   }
 }
 

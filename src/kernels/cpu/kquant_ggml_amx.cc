@@ -30,6 +30,7 @@
 // overlap.
 #include <immintrin.h>
 
+#include "core/error.h"
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx512.h"
@@ -266,8 +267,8 @@ void finish_step(const Step& st, const int32_t* c, const typename F::B& b, const
 }
 
 // y rows [0, M) of output tile t from its lane accumulators.
-void write_tile(const float* acc, int64_t M, int64_t t, int64_t N, float* y) {
-  avx512::store_lane_sums(acc, M, N - t * 16, y + t * 16, N);
+void write_tile(const float* acc, int64_t M, int64_t t, int64_t N, float* y, int64_t pair) {
+  avx512::store_lane_sums(acc, M, N - t * 16, y + t * 16, N, 0, pair);
 }
 
 // Output tiles [t0, t1) of one thread: its superblocks u = 0 .. (t1 − t0)·ns − 1 are contiguous
@@ -292,7 +293,7 @@ void run_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int
     const int64_t pu = (prev.t - t0) * ns + prev.s;
     float* pacc = acc[(prev.t - t0) % 2];
     finish_step<F>(prev, cbuf[(step - 1) % 2], b[pu % 3], base + pu * F::kSuperBytes, a, M, ns, pacc);
-    if (prev.s == ns - 1 && prev.rb + prev.n_rb == nrb) write_tile(pacc, M, prev.t, N, y);
+    if (prev.s == ns - 1 && prev.rb + prev.n_rb == nrb) write_tile(pacc, M, prev.t, N, y, a.pair);
   };
   for (int64_t u = 0; u < U; ++u) {
     const int64_t t = t0 + u / ns, s = u % ns;
@@ -327,6 +328,7 @@ template <class F>
 void matmul_packed(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   const int64_t ldq = a.K + 256, ns = a.K / 256;
   for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
+    DFL_ASSERT(a.pair == 0 || M <= kMaxRows);  // the residual rows in the same call as theirs
     GgmlAct ac = a;
     ac.q += m0 * ldq;
     ac.d += m0 * ns;

@@ -15,7 +15,10 @@ namespace {
 // The GGML int8 kernels' final sum (kernels/ggml_matmul.cc): per row, the 8 fp32 lane
 // accumulators of 16 outputs, acc[m][lane][16], reduced as ((l0 + l4) + (l1 + l5)) + ((l2 + l6) +
 // (l3 + l7)) into y[m * ldy + 0..15] (the first n_valid outputs).
-static inline void store_lane_sums(const float* acc, int64_t M, int64_t n_valid, float* y, int64_t ldy) {
+// Rows are global rows row0 + m (y points at row row0): under pair (GgmlAct::pair) the residual
+// rows add into row m − pair.
+static inline void store_lane_sums(const float* acc, int64_t M, int64_t n_valid, float* y, int64_t ldy,
+                                   int64_t row0 = 0, int64_t pair = 0) {
   const __mmask16 mk = static_cast<__mmask16>(n_valid >= 16 ? 0xFFFF : (1u << n_valid) - 1);
   for (int64_t m = 0; m < M; ++m) {
     const float* ap = acc + m * 8 * 16;
@@ -23,7 +26,12 @@ static inline void store_lane_sums(const float* acc, int64_t M, int64_t n_valid,
     for (int i = 0; i < 8; ++i) l[i] = _mm512_loadu_ps(ap + 16 * i);
     const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
                                    _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
-    _mm512_mask_storeu_ps(y + m * ldy, mk, r);
+    if (pair && row0 + m >= pair) {
+      float* yo = y + (m - pair) * ldy;
+      _mm512_mask_storeu_ps(yo, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, yo), r));
+    } else {
+      _mm512_mask_storeu_ps(y + m * ldy, mk, r);
+    }
   }
 }
 
