@@ -134,7 +134,8 @@ void lane_major_order(int64_t nb, int16_t* seq) {
 // i + 4 into a ring of four, so a tile load reads bytes stored two steps before.
 template <int T, int R>
 void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
-               const uint8_t* next_tile, const int16_t* seq, float (*lanes)[8][16]) {
+               const uint8_t* next_tile, const int16_t* seq, uint8_t* bcache, bool fill,
+               float (*lanes)[8][16]) {
   constexpr int64_t BB = kBlockBytes<T>;
   constexpr bool kQ8 = T == kQ8_0;
   const int64_t ldq = a.K + 256, n = nb;
@@ -144,9 +145,13 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
   alignas(64) uint8_t ub[4][512];
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  // Q4_0 / Q5_0: block seq[i]'s B operand — the ring slot, or its place in the tile's cache.
+  auto operand = [&](int64_t i) DFL_INLINE -> uint8_t* {
+    return bcache ? bcache + 512 * seq[i] : ub[i % 4];
+  };
   auto unpack = [&](int64_t i) DFL_INLINE {
     if constexpr (!kQ8) {
-      if (i < n) b_operand<T>(tile + seq[i] * BB, ub[i % 4]);
+      if (i < n && (!bcache || fill)) b_operand<T>(tile + seq[i] * BB, operand(i));
     }
   };
   auto product = [&](auto pc, int64_t i) DFL_INLINE {
@@ -155,7 +160,7 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
       const char* pf = reinterpret_cast<const char*>(next_tile + b * BB);
       for (int64_t o = 0; o < BB; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
     }
-    block_product<decltype(pc)::value, kQ8>(xq + 32 * b, ldq, kQ8 ? tile + b * BB : ub[i % 4]);
+    block_product<decltype(pc)::value, kQ8>(xq + 32 * b, ldq, kQ8 ? tile + b * BB : operand(i));
   };
   auto finish = [&](int64_t i, int32_t (*cb)[16]) DFL_INLINE {
     const int64_t b = seq[i];
@@ -194,15 +199,16 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
 
 template <int T>
 void run_rows(int64_t R, const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
-              const uint8_t* next, const int16_t* seq, float (*lanes)[8][16]) {
+              const uint8_t* next, const int16_t* seq, uint8_t* bcache, bool fill,
+              float (*lanes)[8][16]) {
   switch (R) {
 #define DFL_GGML_ROWS(r) \
-  case r: return tile_rows<T, r>(a, m0, tile, nb, next, seq, lanes);
+  case r: return tile_rows<T, r>(a, m0, tile, nb, next, seq, bcache, fill, lanes);
     DFL_GGML_ROWS(1) DFL_GGML_ROWS(2) DFL_GGML_ROWS(3) DFL_GGML_ROWS(4) DFL_GGML_ROWS(5)
     DFL_GGML_ROWS(6) DFL_GGML_ROWS(7) DFL_GGML_ROWS(8) DFL_GGML_ROWS(9) DFL_GGML_ROWS(10)
     DFL_GGML_ROWS(11) DFL_GGML_ROWS(12) DFL_GGML_ROWS(13) DFL_GGML_ROWS(14) DFL_GGML_ROWS(15)
 #undef DFL_GGML_ROWS
-    default: return tile_rows<T, 16>(a, m0, tile, nb, next, seq, lanes);
+    default: return tile_rows<T, 16>(a, m0, tile, nb, next, seq, bcache, fill, lanes);
   }
 }
 
@@ -220,6 +226,10 @@ void configure_ggml_tiles() {
   _tile_loadd(6, kMinus128, 64);
 }
 
+// The unpacked B operands of one tile (K ≤ 32 · kCacheBlocks), per thread.
+constexpr int64_t kCacheBlocks = 128;
+alignas(64) thread_local uint8_t g_bcache[kCacheBlocks * 512];
+
 template <int T>
 void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0,
                   int64_t t1) {
@@ -229,13 +239,16 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
   alignas(64) float lanes[16][8][16];
   int16_t seq[kMaxBlocks];
   lane_major_order(nb, seq);
+  // Q4_0 / Q5_0 with several 16-row groups: the first group's unpacked B operands are kept
+  // for the others (read steps later: no store-to-tile-load stall).
+  uint8_t* bcache = T != kQ8_0 && M > 16 && nb <= kCacheBlocks ? g_bcache : nullptr;
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* tile = packed + t * nb * kBlockBytes<T>;
     const uint8_t* next = t + 1 < n_tiles ? tile + nb * kBlockBytes<T> : nullptr;
     const int64_t n0 = t * 16;
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
       const int64_t R = imin(16, M - m0);
-      run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, seq, lanes);
+      run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, seq, bcache, m0 == 0, lanes);
       avx512::store_lane_sums(&lanes[0][0][0], R, N - n0, y + m0 * N + n0, N, m0, a.pair);
     }
   }
