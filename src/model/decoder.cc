@@ -247,12 +247,16 @@ void CausalLM::forward(const ForwardArgs& a, ForwardOut& out) {
   // Ring layers take at most slack() rows per forward: long runs go in chunks (the kernels are
   // batch-invariant below the AMX prefill threshold; see kernels/ops.h).
   const int32_t chunk = kv().has_rings() ? kv().slack() : a.n;
-  out.logits.clear();
+  // One chunk (a decode step, a verify block): its logits are swapped out of the reused
+  // one_seq_out_, which takes out's old buffer — the same size from a caller's previous call of
+  // the same shape, so forward() neither zero-fills nor copies 16 × vocab floats per call.
+  const bool one_chunk = a.n <= chunk;
+  if (!one_chunk) out.logits.clear();
   out.aux.assign(size_t(a.n) * n_aux * H, 0.0f);
   ForwardBatch fb;
   fb.aux = a.aux;
   fb.segs.resize(1);
-  BatchOut bo;
+  BatchOut& bo = one_seq_out_;
   for (int32_t c0 = 0; c0 < a.n; c0 += chunk) {
     const int32_t m = std::min(chunk, a.n - c0);
     const bool last = c0 + m == a.n;
@@ -266,7 +270,10 @@ void CausalLM::forward(const ForwardArgs& a, ForwardOut& out) {
                                                           : LogitsMode::kNone;
     g.taps = n_aux > 0;
     forward(fb, bo);
-    out.logits.insert(out.logits.end(), bo.logits.begin(), bo.logits.end());
+    if (one_chunk)
+      out.logits.swap(bo.logits);
+    else
+      out.logits.insert(out.logits.end(), bo.logits.begin(), bo.logits.end());
     if (n_aux) std::copy(bo.aux.begin(), bo.aux.end(), out.aux.begin() + size_t(c0) * n_aux * H);
   }
   (void)V;

@@ -141,6 +141,9 @@ class CausalLM {
   virtual void lm_head(const float* x_normed, int64_t n, float* logits) = 0;
   // Bytes of weights one decode step reads (for roofline figures).
   virtual int64_t weight_bytes_per_token() const = 0;
+
+ private:
+  BatchOut one_seq_out_;  // forward(ForwardArgs): reused, so no per-call zero-fill of logits
 };
 
 // Loads a target checkpoint folder (config.json + safetensors), dispatching on the architecture
