@@ -234,9 +234,9 @@ template <int T>
 void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0,
                   int64_t t1) {
   const int64_t nb = w.n_in / 32, N = w.n_out, n_tiles = (N + 15) / 16;
-  DFL_ASSERT(nb <= kMaxBlocks);
+  DFL_ASSERT(nb <= kMaxBlocks && M <= kGgmlAmxMaxRows);
   const uint8_t* packed = static_cast<const uint8_t*>(w.packed);
-  alignas(64) float lanes[16][8][16];
+  alignas(64) float lanes[kGgmlAmxMaxRows][8][16];  // all rows: the int8x2 halves summed in registers
   int16_t seq[kMaxBlocks];
   lane_major_order(nb, seq);
   // Q4_0 / Q5_0 with several 16-row groups: the first group's unpacked B operands are kept
@@ -248,9 +248,9 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
     const int64_t n0 = t * 16;
     for (int64_t m0 = 0; m0 < M; m0 += 16) {
       const int64_t R = imin(16, M - m0);
-      run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, seq, bcache, m0 == 0, lanes);
-      avx512::store_lane_sums(&lanes[0][0][0], R, N - n0, y + m0 * N + n0, N, m0, a.pair);
+      run_rows<T>(R, a, m0, tile, nb, m0 == 0 ? next : nullptr, seq, bcache, m0 == 0, lanes + m0);
     }
+    avx512::store_lane_sums(&lanes[0][0][0], M, N - n0, y + n0, N, 0, a.pair);
   }
 }
 

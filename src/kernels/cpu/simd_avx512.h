@@ -16,16 +16,25 @@ namespace {
 // accumulators of 16 outputs, acc[m][lane][16], reduced as ((l0 + l4) + (l1 + l5)) + ((l2 + l6) +
 // (l3 + l7)) into y[m * ldy + 0..15] (the first n_valid outputs).
 // Rows are global rows row0 + m (y points at row row0): under pair (GgmlAct::pair) the residual
-// rows add into row m − pair.
+// rows add into row m − pair — in registers when acc holds both halves (row0 = 0, M = 2·pair:
+// one store per output row), else into the row already in y.
+static inline __m512 lane_sum(const float* ap) {
+  __m512 l[8];
+  for (int i = 0; i < 8; ++i) l[i] = _mm512_loadu_ps(ap + 16 * i);
+  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
+                       _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
+}
 static inline void store_lane_sums(const float* acc, int64_t M, int64_t n_valid, float* y, int64_t ldy,
                                    int64_t row0 = 0, int64_t pair = 0) {
   const __mmask16 mk = static_cast<__mmask16>(n_valid >= 16 ? 0xFFFF : (1u << n_valid) - 1);
+  if (pair && row0 == 0 && M == 2 * pair) {
+    for (int64_t m = 0; m < pair; ++m)
+      _mm512_mask_storeu_ps(y + m * ldy, mk,
+                            _mm512_add_ps(lane_sum(acc + m * 8 * 16), lane_sum(acc + (m + pair) * 8 * 16)));
+    return;
+  }
   for (int64_t m = 0; m < M; ++m) {
-    const float* ap = acc + m * 8 * 16;
-    __m512 l[8];
-    for (int i = 0; i < 8; ++i) l[i] = _mm512_loadu_ps(ap + 16 * i);
-    const __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[1], l[5])),
-                                   _mm512_add_ps(_mm512_add_ps(l[2], l[6]), _mm512_add_ps(l[3], l[7])));
+    const __m512 r = lane_sum(acc + m * 8 * 16);
     if (pair && row0 + m >= pair) {
       float* yo = y + (m - pair) * ldy;
       _mm512_mask_storeu_ps(yo, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, yo), r));
