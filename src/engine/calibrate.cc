@@ -35,7 +35,8 @@ std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
     DFL_CHECK(b >= 1 && b <= kv.slack(), "verify curve: block ", b,
               " exceeds LoadOptions.max_block ", kv.slack());
     std::vector<double> s;
-    for (int32_t r = 0; r < repeats + 1; ++r) {  // first pass warms up
+    constexpr int32_t kWarm = 2;  // unmeasured passes (calibrate.h)
+    for (int32_t r = 0; r < repeats + kWarm; ++r) {
       fa.tokens = toks.data();
       fa.n = b;
       fa.pos0 = context;
@@ -44,7 +45,7 @@ std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
       target.forward(fa, fo);
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
       kv.truncate(seq, context);
-      if (r > 0 || repeats == 0) s.push_back(dt);
+      if (r >= kWarm || repeats == 0) s.push_back(dt);
     }
     std::sort(s.begin(), s.end());
     t[b] = s[s.size() / 2];
@@ -67,7 +68,8 @@ std::vector<double> measure_draft_curve(Proposer& proposer, int32_t hidden, int3
   Rng rng(1);
   for (int32_t n : n_seqs) {
     std::vector<double> s;
-    for (int32_t r = 0; r < repeats + 1; ++r) {  // first pass warms up
+    constexpr int32_t kWarm = 2;  // unmeasured passes (calibrate.h)
+    for (int32_t r = 0; r < repeats + kWarm; ++r) {
       std::vector<ProposeJob> jobs(static_cast<size_t>(n));
       for (int32_t i = 0; i < n; ++i) {
         proposer.reset(i);
@@ -87,7 +89,7 @@ std::vector<double> measure_draft_curve(Proposer& proposer, int32_t hidden, int3
       const auto t0 = Clock::now();
       proposer.propose_batch(jobs);
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (r > 0 || repeats == 0) s.push_back(dt);
+      if (r >= kWarm || repeats == 0) s.push_back(dt);
     }
     std::sort(s.begin(), s.end());
     t[size_t(n) * block] = s[s.size() / 2];

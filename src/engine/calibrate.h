@@ -12,7 +12,9 @@ namespace dfl {
 
 // Measures the verify cost t(B) of the target for each B in `blocks` (seconds, median of
 // `repeats` passes: a verify-shaped pass, all logits + the `aux` taps, appending B tokens after a
-// context of `context` tokens on sequence `seq`; that sequence's cache is cleared afterwards).
+// context of `context` tokens on sequence `seq`; that sequence's cache is cleared afterwards;
+// two unmeasured passes per B first: the first grows the buffers of B rows, the second those
+// the one-sequence forward swaps its logits through — a steady-state figure, as a server sees).
 // Returns t indexed by B (size max(blocks) + 1, 0 = not measured). Used by
 // `dflash run --block-size auto` to seed BlockPolicy, and by `dflash bench`.
 std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
