@@ -1,6 +1,7 @@
 #include "core/threadpool.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace dfl {
 
@@ -40,6 +41,7 @@ int64_t ThreadPool::chunk_len(int64_t n, int64_t grain, int n_threads) {
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, std::min(n_threads, 1 << 12))) {
+  if (const char* e = std::getenv("DFL_POOL_SPIN")) spin_.store(std::atoi(e));
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
 
