@@ -110,6 +110,11 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     return;
   }
   DFL_ASSERT(w.packed_format == kPackedNone || w.packed_format == kPackedAmxBf16);
+  if (w.packed_format == kPackedAmxBf16 && isa == IsaLevel::kAvx512) {  // AVX-512, AMX off
+    thread_local std::vector<uint16_t> xb;
+    cpu::avx512::matmul_bf16_packed(x, n_rows, w, y, pool, scratch(xb, n_rows * ((w.n_in + 31) / 32 * 32)));
+    return;
+  }
   const bool fp32w = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
                      w.dtype == DType::kF8E4M3;
   if (isa == IsaLevel::kAvx512 && w.dtype == DType::kBF16) {
@@ -448,7 +453,11 @@ PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
     return ops::prepack_q6k16(w, pool);
   PackedWeight p;
   p.w = w;
-  if (w.packed_format != kPackedNone || w.dtype != DType::kBF16 || !amx_usable()) return p;
+  // BF16: the tile layout for AMX, and for AVX-512 without it (its lanes-are-outputs kernel
+  // streams that layout at M = 1 and reuses each weight vector for every row).
+  if (w.packed_format != kPackedNone || w.dtype != DType::kBF16 ||
+      !(amx_usable() || cpu_isa() == IsaLevel::kAvx512))
+    return p;
   const int64_t n_tiles = (w.n_out + 15) / 16, n_kc = (w.n_in + 31) / 32;
   p.buf.reset(static_cast<size_t>(n_tiles * n_kc * 16 * 32));
   auto run = [&](int64_t b, int64_t e, int) { cpu::amx::pack_bf16(w, p.buf.data(), b, e); };

@@ -72,6 +72,15 @@ inline std::vector<PathConfig> attention_paths() {
   if (amx_usable()) v.push_back({IsaLevel::kAvx512, true, "avx512+amx"});
   return v;
 }
+// The matmul paths a machine has: every ISA level with AMX off (BF16 weights prepacked on
+// AVX-512 run the lanes-are-outputs kernel there), then AVX-512 + AMX where usable.
+inline std::vector<PathConfig> matmul_paths() {
+  std::vector<PathConfig> v;
+  for (IsaLevel isa : isa_levels()) v.push_back({isa, false, isa_name(isa)});
+  set_amx_enabled(true);
+  if (amx_usable()) v.push_back({IsaLevel::kAvx512, true, "avx512+amx"});
+  return v;
+}
 struct PathScope {
   IsaScope isa;
   explicit PathScope(const PathConfig& c) : isa(c.isa) { set_amx_enabled(c.amx); }

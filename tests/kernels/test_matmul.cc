@@ -130,8 +130,9 @@ TEST(Matmul, MatchesReferenceOverShapes) {
   const int64_t Ks[] = {1, 7, 32, 33, 64, 130, 257};
   const int64_t Ns[] = {1, 3, 5, 67};
   const int64_t Ms[] = {1, 5, 13};
-  for (IsaLevel isa : test::isa_levels()) {
-    test::IsaScope scope(isa);
+  for (const test::PathConfig& path : test::matmul_paths()) {
+    test::PathScope scope(path);
+    const IsaLevel isa = path.isa;
     for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
       double num = 0, den = 0;
       for (int64_t K : Ks) {
@@ -147,7 +148,7 @@ TEST(Matmul, MatchesReferenceOverShapes) {
             const double e = nmse(y.data(), yr.data(), y.size());
             // Q8: a handful of outputs gives a noisy NMSE; bound each loosely, the total tightly.
             ASSERT_LT(e, fmt == Fmt::kQ8 ? 2e-2 : bound(fmt))
-                << isa_name(isa) << " " << fmt_name(fmt) << " M=" << M << " N=" << N
+                << path.name << " " << fmt_name(fmt) << " M=" << M << " N=" << N
                 << " K=" << K;
             for (size_t i = 0; i < y.size(); ++i) {
               num += (double(y[i]) - yr[i]) * (double(y[i]) - yr[i]);
@@ -156,7 +157,7 @@ TEST(Matmul, MatchesReferenceOverShapes) {
           }
         }
       }
-      EXPECT_LT(num / den, bound(fmt)) << isa_name(isa) << " " << fmt_name(fmt) << " overall";
+      EXPECT_LT(num / den, bound(fmt)) << path.name << " " << fmt_name(fmt) << " overall";
     }
   }
 }
@@ -164,8 +165,9 @@ TEST(Matmul, MatchesReferenceOverShapes) {
 TEST(Matmul, RowSweepUpTo70) {
   ThreadPool pool(2);
   const int64_t N = 21, K = 97;
-  for (IsaLevel isa : test::isa_levels()) {
-    test::IsaScope scope(isa);
+  for (const test::PathConfig& path : test::matmul_paths()) {
+    test::PathScope scope(path);
+    const IsaLevel isa = path.isa;
     for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
       TestWeight t;
       make_weight(t, fmt, N, K, 5);
@@ -177,7 +179,7 @@ TEST(Matmul, RowSweepUpTo70) {
         std::vector<float> y(M * N, NAN);
         ops::matmul(x.data(), M, t.w, y.data(), pool);
         ASSERT_LT(nmse(y.data(), yr.data(), y.size()), bound(fmt))
-            << isa_name(isa) << " " << fmt_name(fmt) << " M=" << M;
+            << path.name << " " << fmt_name(fmt) << " M=" << M;
       }
     }
   }
@@ -189,9 +191,10 @@ TEST(Matmul, BatchAndThreadInvariant) {
   ThreadPool p1(1), p2(2), p3(3);
   ThreadPool* pools[] = {&p1, &p2, &p3};
   const int64_t shapes[][2] = {{37, 129}, {67, 300}};
-  const int64_t Ms[] = {2, 3, 5, 7, 16, 17, 64, 70};
-  for (IsaLevel isa : test::isa_levels()) {
-    test::IsaScope scope(isa);
+  const int64_t Ms[] = {2, 3, 4, 5, 6, 7, 16, 17, 64, 70};
+  for (const test::PathConfig& path : test::matmul_paths()) {
+    test::PathScope scope(path);
+    const IsaLevel isa = path.isa;
     for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
       for (auto& s : shapes) {
         const int64_t N = s[0], K = s[1];
@@ -209,7 +212,7 @@ TEST(Matmul, BatchAndThreadInvariant) {
             ops::matmul(x.data() + off * K, M, t.w, y.data(), *pool);
             for (int64_t r = 0; r < M; ++r)
               ASSERT_EQ(0, std::memcmp(y.data() + r * N, single.data() + (off + r) * N, N * 4))
-                  << isa_name(isa) << " " << fmt_name(fmt) << " N=" << N << " K=" << K
+                  << path.name << " " << fmt_name(fmt) << " N=" << N << " K=" << K
                   << " M=" << M << " row " << r << " threads " << pool->n_threads();
           }
         }
@@ -331,7 +334,15 @@ TEST(Matmul, PrepackUsesAmxWhereAvailable) {
   TestWeight t;
   make_weight(t, Fmt::kBF16Pack, 40, 70, 1);
   std::printf("AMX usable: %d, prepacked: %d\n", amx_usable(), t.packed.repacked());
-  EXPECT_EQ(t.packed.repacked(), amx_usable());
+  EXPECT_EQ(t.packed.repacked(), amx_usable() || cpu_isa() == IsaLevel::kAvx512);
+  // Without AMX, AVX-512 still packs (its lanes-are-outputs kernel); below it nothing does.
+  {
+    set_amx_enabled(false);
+    TestWeight t2;
+    make_weight(t2, Fmt::kBF16Pack, 40, 70, 1);
+    EXPECT_EQ(t2.packed.repacked(), cpu_isa() == IsaLevel::kAvx512);
+    set_amx_enabled(true);
+  }
 }
 
 TEST(Matmul, ThreadPoolRunsEveryChunkOnce) {

@@ -81,6 +81,10 @@ void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
 // x: [M, K] fp32; xb: scratch for M * round_up(K, 32) bf16.
 void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                  uint16_t* xb);
+// BF16 weights prepacked in the kPackedAmxBf16 layout, on AVX-512 BF16 without AMX (lanes =
+// outputs; batch invariant; cpu/matmul_avx512.cc). Same arguments as matmul_bf16.
+void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                        uint16_t* xb);
 // F32, F16 and F8_E4M3 (+ block scales) weights, dequantized to fp32 in registers.
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);

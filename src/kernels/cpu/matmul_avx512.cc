@@ -12,6 +12,8 @@
 // stores, M by instantiating the micro-kernel for MR = 1..kMR (same per-output arithmetic).
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace dfl::cpu::avx512 {
@@ -75,6 +77,74 @@ void tile_bf16(const uint16_t* xb, int64_t ldx, const uint16_t* w0, int64_t K, i
 }
 
 constexpr int kMRbf16 = 6;  // 24 accumulators + 4 weight vectors + 1 activation ≤ 32 zmm
+
+// x [M, K] → bf16 rows (RNE, as _mm512_cvtne2ps_pbh), zero-padded to Kp.
+void to_bf16_rows(const float* x, int64_t M, int64_t K, int64_t Kp, uint16_t* xb) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * K;
+    uint16_t* dst = xb + m * Kp;
+    for (int64_t k = 0; k < Kp; k += 32) {
+      const int64_t r = K - k;
+      const __mmask16 m0 = r >= 16 ? 0xffff : r <= 0 ? 0 : static_cast<__mmask16>((1u << r) - 1);
+      const __mmask16 m1 = r >= 32 ? 0xffff : r <= 16 ? 0 : static_cast<__mmask16>((1u << (r - 16)) - 1);
+      const __m512 lo = _mm512_maskz_loadu_ps(m0, xr + k);
+      const __m512 hi = _mm512_maskz_loadu_ps(m1, xr + k + 16);
+      _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// BF16 weights in the kPackedAmxBf16 layout (AVX-512 without AMX): per 16-output tile and 32-k
+// chunk, [16 k-pairs][16 n][2] bf16 — one 64-byte row is a vdpbf16ps operand whose lane n holds
+// output n's pair, so lanes are outputs (no horizontal reduction) and each (row, tile)
+// accumulator runs one chain over the k pairs in order, the same for every M and grouping
+// (batch invariant). MR rows × G tiles per micro-kernel (MR·G ≤ 24 accumulators; G tiles are
+// G weight streams, enough independent chains at M = 1).
+constexpr int64_t kPackTile = 16 * 32;  // bf16 elements of one packed 16 n × 32 k tile
+
+template <int MR, int G>
+void packed_bf16_tiles(const uint16_t* xb, int64_t Kp, const uint16_t* wt, int64_t n_kc,
+                       int64_t n0, int64_t N, float* y, int64_t ldy) {
+  static_assert(MR * G <= 24, "accumulators");
+  const int64_t ts = n_kc * kPackTile;  // stride between tiles
+  __m512 acc[MR][G];
+  for (int i = 0; i < MR; ++i)
+    for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
+  for (int64_t kc = 0; kc < n_kc; ++kc) {
+    const uint16_t* wk = wt + kc * kPackTile;
+    for (int kp = 0; kp < 16; ++kp) {
+      __m512bh wv[G];
+      for (int g = 0; g < G; ++g) wv[g] = (__m512bh)_mm512_loadu_si512(wk + g * ts + kp * 32);
+      for (int i = 0; i < MR; ++i) {
+        // the pair as one 32-bit broadcast load (xb is 64-byte aligned scratch, pairs 4-aligned)
+        const __m512bh xv = (__m512bh)_mm512_set1_epi32(
+            *reinterpret_cast<const int32_t*>(xb + i * Kp + kc * 32 + 2 * kp));
+        for (int g = 0; g < G; ++g) acc[i][g] = _mm512_dpbf16_ps(acc[i][g], wv[g], xv);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const int64_t nb = n0 + 16 * g, nv = imin(16, N - nb);
+    if (nv <= 0) break;
+    const __mmask16 mk = nv >= 16 ? 0xffff : static_cast<__mmask16>((1u << nv) - 1);
+    for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy + nb, mk, acc[i][g]);
+  }
+}
+
+template <int G>
+void packed_bf16_rows(int64_t mr, const uint16_t* xb, int64_t Kp, const uint16_t* wt, int64_t n_kc,
+                      int64_t n0, int64_t N, float* y, int64_t ldy) {
+  switch (mr) {
+#define DFL_PB16(r) \
+  case r: if constexpr (r * G <= 24) return packed_bf16_tiles<r, G>(xb, Kp, wt, n_kc, n0, N, y, ldy); break;
+    DFL_PB16(1) DFL_PB16(2) DFL_PB16(3) DFL_PB16(4) DFL_PB16(5) DFL_PB16(6)
+#undef DFL_PB16
+    default: break;
+  }
+}
+
+
 
 // ---------------------------------------------------------------------------------------------
 // F32 / F16 / F8_E4M3 weights: dequantized to fp32 in registers, fp32 FMA with fp32 x.
@@ -209,19 +279,7 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
                  uint16_t* xb) {
   const int64_t N = w.n_out, K = w.n_in;
   const int64_t Kp = (K + 31) / 32 * 32;
-  // x → bf16 (RNE, as _mm512_cvtne2ps_pbh), rows zero-padded to Kp.
-  for (int64_t m = 0; m < M; ++m) {
-    const float* xr = x + m * K;
-    uint16_t* dst = xb + m * Kp;
-    for (int64_t k = 0; k < Kp; k += 32) {
-      const int64_t r = K - k;
-      const __mmask16 m0 = r >= 16 ? 0xffff : r <= 0 ? 0 : static_cast<__mmask16>((1u << r) - 1);
-      const __mmask16 m1 = r >= 32 ? 0xffff : r <= 16 ? 0 : static_cast<__mmask16>((1u << (r - 16)) - 1);
-      const __m512 lo = _mm512_maskz_loadu_ps(m0, xr + k);
-      const __m512 hi = _mm512_maskz_loadu_ps(m1, xr + k + 16);
-      _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-    }
-  }
+  to_bf16_rows(x, M, K, Kp, xb);
   const uint16_t* wd = static_cast<const uint16_t*>(w.data);
   const int64_t n_tiles = (N + kNR - 1) / kNR;
   pool.parallel_for(
@@ -245,6 +303,40 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
         }
       },
       8);
+}
+
+void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                        uint16_t* xb) {
+  const int64_t N = w.n_out, K = w.n_in;
+  const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32, n_tiles = (N + 15) / 16;
+  to_bf16_rows(x, M, K, Kp, xb);
+  const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
+  // Tiles per micro-kernel by M (MR·G ≤ 24; rows in blocks of ≤ 6): more weight streams for few
+  // rows. The grouping only decides who computes what, never the arithmetic.
+  const int G = M <= 3 ? 8 : M <= 4 ? 6 : 4;
+  const int64_t MRmax = G == 8 ? 3 : G == 6 ? 4 : 6;
+  const int64_t n_groups = (n_tiles + G - 1) / G;
+  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1, int) {
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t t0 = gi * G, nt = imin(G, n_tiles - t0);
+      const uint16_t* wt = wp + t0 * n_kc * kPackTile;
+      for (int64_t m0 = 0; m0 < M; m0 += MRmax) {
+        const int64_t mr = imin(MRmax, M - m0);
+        const uint16_t* xr = xb + m0 * Kp;
+        float* yr = y + m0 * N;
+        if (nt == G) {
+          switch (G) {
+            case 8: packed_bf16_rows<8>(mr, xr, Kp, wt, n_kc, t0 * 16, N, yr, N); break;
+            case 6: packed_bf16_rows<6>(mr, xr, Kp, wt, n_kc, t0 * 16, N, yr, N); break;
+            default: packed_bf16_rows<4>(mr, xr, Kp, wt, n_kc, t0 * 16, N, yr, N); break;
+          }
+        } else {  // the last, partial group: one tile at a time
+          for (int64_t t = 0; t < nt; ++t)
+            packed_bf16_rows<1>(mr, xr, Kp, wt + t * n_kc * kPackTile, n_kc, (t0 + t) * 16, N, yr, N);
+        }
+      }
+    }
+  });
 }
 
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
