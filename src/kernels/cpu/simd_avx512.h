@@ -15,6 +15,13 @@ namespace {
 // The GGML int8 kernels' final sum (kernels/ggml_matmul.cc): per row, the 8 fp32 lane
 // accumulators of 16 outputs, acc[m][lane][16], reduced as ((l0 + l4) + (l1 + l5)) + ((l2 + l6) +
 // (l3 + l7)) into y[m * ldy + 0..15] (the first n_valid outputs).
+// Every 64-byte line of [p, p + bytes) prefetched into L1 (weight streams that the hardware
+// prefetcher alone leaves below the bandwidth).
+static inline void prefetch_lines(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
+}
+
 // Rows are global rows row0 + m (y points at row row0): under pair (GgmlAct::pair) the residual
 // rows add into row m − pair — in registers when acc holds both halves (row0 = 0, M = 2·pair:
 // one store per output row), else into the row already in y.
