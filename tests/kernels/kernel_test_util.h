@@ -58,29 +58,27 @@ struct IsaScope {
   ~IsaScope() { set_cpu_isa_limit(IsaLevel::kAvx512); }
 };
 
-// The attention paths a machine has: every ISA level with AMX off, then AVX-512 + AMX where
-// usable (the prefill kernel); PathScope selects one for a scope.
+// A kernel path: an ISA cap and AMX on or off; PathScope selects one for a scope.
 struct PathConfig {
   IsaLevel isa;
   bool amx;
   std::string name;
 };
-inline std::vector<PathConfig> attention_paths() {
+// Each of `levels` with AMX off, then AVX-512 + AMX where usable.
+inline std::vector<PathConfig> paths_over(const std::vector<IsaLevel>& levels) {
   std::vector<PathConfig> v;
-  for (IsaLevel isa : attention_levels()) v.push_back({isa, false, isa_name(isa)});
+  for (IsaLevel isa : levels) v.push_back({isa, false, isa_name(isa)});
   set_amx_enabled(true);
   if (amx_usable()) v.push_back({IsaLevel::kAvx512, true, "avx512+amx"});
   return v;
 }
+// Attention: its levels (scalar, AVX-512) with AMX off, then the AMX prefill kernel.
+inline std::vector<PathConfig> attention_paths() { return paths_over(attention_levels()); }
+
 // The matmul paths a machine has: every ISA level with AMX off (BF16 weights prepacked on
 // AVX-512 run the lanes-are-outputs kernel there), then AVX-512 + AMX where usable.
-inline std::vector<PathConfig> matmul_paths() {
-  std::vector<PathConfig> v;
-  for (IsaLevel isa : isa_levels()) v.push_back({isa, false, isa_name(isa)});
-  set_amx_enabled(true);
-  if (amx_usable()) v.push_back({IsaLevel::kAvx512, true, "avx512+amx"});
-  return v;
-}
+inline std::vector<PathConfig> matmul_paths() { return paths_over(isa_levels()); }
+
 struct PathScope {
   IsaScope isa;
   explicit PathScope(const PathConfig& c) : isa(c.isa) { set_amx_enabled(c.amx); }
