@@ -7,6 +7,10 @@
 
 namespace dfl {
 
+// Unmeasured passes before each timed shape (calibrate.h: the first grows the buffers, the
+// second the one-sequence forward's swapped logits buffer).
+constexpr int32_t kWarm = 2;
+
 std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
                                          const std::vector<int32_t>& blocks, int32_t context,
                                          int32_t repeats, const std::vector<int32_t>* aux) {
@@ -35,7 +39,6 @@ std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
     DFL_CHECK(b >= 1 && b <= kv.slack(), "verify curve: block ", b,
               " exceeds LoadOptions.max_block ", kv.slack());
     std::vector<double> s;
-    constexpr int32_t kWarm = 2;  // unmeasured passes (calibrate.h)
     for (int32_t r = 0; r < repeats + kWarm; ++r) {
       fa.tokens = toks.data();
       fa.n = b;
@@ -68,7 +71,6 @@ std::vector<double> measure_draft_curve(Proposer& proposer, int32_t hidden, int3
   Rng rng(1);
   for (int32_t n : n_seqs) {
     std::vector<double> s;
-    constexpr int32_t kWarm = 2;  // unmeasured passes (calibrate.h)
     for (int32_t r = 0; r < repeats + kWarm; ++r) {
       std::vector<ProposeJob> jobs(static_cast<size_t>(n));
       for (int32_t i = 0; i < n; ++i) {

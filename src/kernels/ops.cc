@@ -194,8 +194,6 @@ static void rope_neox_portable(float* x, int64_t n_rows, int64_t row_stride, int
 static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool) {
   const int32_t group = p.n_heads / p.n_kv_heads;
-  const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
-  const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
   const bool bf16 = kv.dtype == KvDtype::kBF16;
   pool.parallel_for(n_q * p.n_heads, [&](int64_t b, int64_t e, int) {
     thread_local std::vector<float> acc, krow, vrow;  // per worker, grown once (no per-call allocation)
@@ -218,16 +216,15 @@ static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q
           if (!kv_visible(q_pos[i], k_pos[r], p.window)) continue;
           const float* kr;
           const float* vv;
+          const KvRow kvr = kv_row(kv, p, kvh, page, r);
           if (bf16) {
-            const uint16_t* k16 = kv.k16[page] + kv_bf16_k_index(kv.page_slots, p.d_qk, kvh, r, 0);
-            const uint16_t* v16 = kv.v16[page] + kv_bf16_v_index(kv.page_slots, p.d_v, kvh, r, 0);
-            for (int32_t d = 0; d < p.d_qk; ++d) krow[size_t(d)] = bf16_to_f32(k16[d]);
-            for (int32_t d = 0; d < p.d_v; ++d) vrow[size_t(d)] = bf16_to_f32(v16[2 * d]);
+            for (int32_t d = 0; d < p.d_qk; ++d) krow[size_t(d)] = bf16_to_f32(kvr.k16[d]);
+            for (int32_t d = 0; d < p.d_v; ++d) vrow[size_t(d)] = bf16_to_f32(kvr.v16[2 * d]);
             kr = krow.data();
             vv = vrow.data();
           } else {
-            kr = kv.k[page] + kvh * p.d_qk + r * ks;
-            vv = kv.v[page] + kvh * p.d_v + r * vs;
+            kr = kvr.k;
+            vv = kvr.v;
           }
           float dot = 0.0f;
           for (int32_t d = 0; d < p.d_qk; ++d) dot += qv[d] * kr[d];

@@ -151,6 +151,25 @@ inline int64_t kv_bf16_k_index(int64_t ps, int64_t d_qk, int32_t h, int64_t r, i
 inline int64_t kv_bf16_v_index(int64_t ps, int64_t d_v, int32_t h, int64_t r, int64_t d) {
   return (h * ps + (r & ~int64_t(1))) * d_v + 2 * d + (r & 1);
 }
+// Where row `row` of page `page` starts for kv head h: k / v (kF32: the heads' rows
+// interleaved) or k16 / v16 (kBF16: head-major; V dims 2 apart), the other pair null.
+struct KvRow {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const uint16_t* k16 = nullptr;
+  const uint16_t* v16 = nullptr;
+};
+inline KvRow kv_row(const KvPages& kv, const AttnParams& p, int32_t h, int64_t page, int64_t row) {
+  KvRow r;
+  if (kv.dtype == KvDtype::kBF16) {
+    r.k16 = kv.k16[page] + kv_bf16_k_index(kv.page_slots, p.d_qk, h, row, 0);
+    r.v16 = kv.v16[page] + kv_bf16_v_index(kv.page_slots, p.d_v, h, row, 0);
+  } else {
+    r.k = kv.k[page] + (row * p.n_kv_heads + h) * p.d_qk;
+    r.v = kv.v[page] + (row * p.n_kv_heads + h) * p.d_v;
+  }
+  return r;
+}
 
 // Owning result of prepack_weight(); matrix() is what to pass to ops::matmul. Moving keeps the
 // pointers valid. The source weight's storage must outlive it (matrix().data points there).

@@ -194,7 +194,6 @@ TEST(Matmul, BatchAndThreadInvariant) {
   const int64_t Ms[] = {2, 3, 4, 5, 6, 7, 16, 17, 64, 70};
   for (const test::PathConfig& path : test::matmul_paths()) {
     test::PathScope scope(path);
-    const IsaLevel isa = path.isa;
     for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
       for (auto& s : shapes) {
         const int64_t N = s[0], K = s[1];

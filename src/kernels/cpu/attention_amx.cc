@@ -89,13 +89,11 @@ Half half_at(const KvPages& kv, const AttnParams& p, int32_t kvh, int64_t j0) {
   Half h;
   if (j0 >= kv.n_slots) return h;
   const int64_t pg = j0 / kv.page_slots, row = j0 - pg * kv.page_slots;
-  if (kv.dtype == KvDtype::kBF16) {
-    h.k16 = kv.k16[pg] + kv_bf16_k_index(kv.page_slots, p.d_qk, kvh, row, 0);
-    h.v16 = kv.v16[pg] + kv_bf16_v_index(kv.page_slots, p.d_v, kvh, row, 0);
-  } else {
-    h.k = kv.k[pg] + (row * p.n_kv_heads + kvh) * p.d_qk;
-    h.v = kv.v[pg] + (row * p.n_kv_heads + kvh) * p.d_v;
-  }
+  const KvRow r = kv_row(kv, p, kvh, pg, row);
+  h.k = r.k;
+  h.v = r.v;
+  h.k16 = r.k16;
+  h.v16 = r.v16;
   h.pos = kv.pos[pg] + row;
   h.n = static_cast<int>(imin(16, kv.n_slots - j0));
   return h;

@@ -116,13 +116,11 @@ Slot slot_at(const KvPages& kv, const AttnParams& p, int64_t j, int32_t kvh) {
   const int64_t page = j / kv.page_slots, row = j % kv.page_slots;
   Slot s;
   s.pos = kv.pos[page][row];
-  if (kv.dtype == KvDtype::kBF16) {
-    s.k16 = kv.k16[page] + kv_bf16_k_index(kv.page_slots, p.d_qk, kvh, row, 0);
-    s.v16 = kv.v16[page] + kv_bf16_v_index(kv.page_slots, p.d_v, kvh, row, 0);
-  } else {
-    s.k = kv.k[page] + (row * p.n_kv_heads + kvh) * p.d_qk;
-    s.v = kv.v[page] + (row * p.n_kv_heads + kvh) * p.d_v;
-  }
+  const KvRow r = kv_row(kv, p, kvh, page, row);
+  s.k = r.k;
+  s.v = r.v;
+  s.k16 = r.k16;
+  s.v16 = r.v16;
   return s;
 }
 }  // namespace
