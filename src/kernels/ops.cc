@@ -382,12 +382,16 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   if (n_q <= 0) return;
   const int64_t n_kv = kv.n_slots;
   ThreadPool& pool = pool_for(pool_in, n_q * p.n_heads * n_kv * (p.d_qk + p.d_v));
-  if (n_q >= kAmxAttentionMinQueries && bf16_prefill_attention() && amx_usable()) {
+  if (uses_bf16_prefill_attention(n_q)) {
     thread_local std::vector<float> buf;
     thread_local std::vector<int32_t> pos;
-    const int64_t n = cpu::amx::attention_work_floats(p, n_kv, pool.n_threads());
-    cpu::amx::attention(q, q_pos, n_q, kv, p, out, pool, scratch(buf, static_cast<size_t>(n)),
-                        scratch(pos, static_cast<size_t>(n_kv)));
+    const int64_t n = cpu::avx512::bf16_prefill_attention_work_floats(p, n_kv, pool.n_threads());
+    float* work = scratch(buf, static_cast<size_t>(n));
+    int32_t* pos_work = scratch(pos, static_cast<size_t>(n_kv));
+    if (amx_usable())
+      cpu::amx::attention(q, q_pos, n_q, kv, p, out, pool, work, pos_work);
+    else
+      cpu::avx512::attention_bf16(q, q_pos, n_q, kv, p, out, pool, work, pos_work);
     return;
   }
   if (cpu_isa() == IsaLevel::kAvx512) {
@@ -436,6 +440,10 @@ bool kv_dtype_from_name(const char* s, KvDtype* out) {
 
 void set_bf16_prefill_attention(bool on) { ops::g_bf16_prefill_attention = on; }
 bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }
+bool uses_bf16_prefill_attention(int64_t n_q) {
+  return n_q >= kBf16AttentionMinQueries && bf16_prefill_attention() &&
+         cpu_isa() == IsaLevel::kAvx512;
+}
 
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
   if (w.packed_format == kPackedNone && w.dtype == DType::kQ4_K && cpu_isa() == IsaLevel::kAvx512 &&

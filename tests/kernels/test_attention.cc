@@ -198,20 +198,25 @@ TEST(Attention, LongQueryRunsAndWideGroupsEqualOneByOne) {
   }
 }
 
-// Prefill-length runs (n_q >= kAmxAttentionMinQueries) on AMX machines: bf16 tiles (ops.h).
+// Prefill-length runs (n_q >= kBf16AttentionMinQueries) on AVX-512 machines: bf16 products
+// (ops.h), on each engine this machine has (AVX-512 BF16 dot products, AMX tiles).
 // Against the double reference with bf16-sized bounds, for every mask, sinks, GQA, d_qk != d_v,
 // odd dims, holes (NaN values) and ring order; bit-identical across thread counts and across
 // different groupings of the same rows into 16-query tiles.
-TEST(Attention, AmxPrefillMatchesReferenceAndIsInvariant) {
-  if (!amx_usable()) GTEST_SKIP() << "no AMX on this machine";
+TEST(Attention, Bf16PrefillMatchesReferenceAndIsInvariant) {
   ThreadPool p1(1), p2(2), p3(3);
   const Case cases[] = {{4, 4, 64, 64}, {8, 2, 128, 128}, {4, 1, 192, 128}, {6, 3, 24, 40},
                         {2, 2, 130, 7}};
+  int engines = 0;
+  for (const test::PathConfig& path : test::attention_paths()) {
+  test::PathScope scope(path);
+  if (!uses_bf16_prefill_attention(kBf16AttentionMinQueries)) continue;
+  ++engines;
   double worst = 0;
   for (const Case& c : cases)
     for (Window w : kWindows)
       for (bool sinks : {false, true}) {
-        const int64_t n_kv = 150, n_q = 100, tail = kAmxAttentionMinQueries;
+        const int64_t n_kv = 150, n_q = 100, tail = kBf16AttentionMinQueries;
         Data d = make_data(c, n_q, n_kv, 91, true, true);
         const AttnParams p = params(c, w, d, sinks);
         const int64_t row = c.n_heads * c.d_v;
@@ -223,8 +228,8 @@ TEST(Attention, AmxPrefillMatchesReferenceAndIsInvariant) {
         const double err = test::max_abs_diff(o.data(), r.data(), o.size());
         worst = std::max(worst, err);
         ASSERT_LT(test::nmse(o.data(), r.data(), o.size()), 1e-4)
-            << "heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.d_qk << "/" << c.d_v
-            << " win " << w.left << "," << w.right << " sinks " << sinks;
+            << path.name << " heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.d_qk
+            << "/" << c.d_v << " win " << w.left << "," << w.right << " sinks " << sinks;
         ASSERT_LT(err, 5e-2);
         for (ThreadPool* pool : {&p1, &p3}) {
           std::vector<float> again(n_q * row);
@@ -238,9 +243,12 @@ TEST(Attention, AmxPrefillMatchesReferenceAndIsInvariant) {
                        d.q_pos.data() + (n_q - tail), tail, d.k.data(), d.v.data(),
                        d.k_pos.data(), n_kv, p, part.data(), p2);
         ASSERT_EQ(0, std::memcmp(part.data(), o.data() + (n_q - tail) * row, part.size() * 4))
-            << "win " << w.left << "," << w.right;
+            << path.name << " win " << w.left << "," << w.right;
       }
-  std::printf("AMX prefill attention: worst max |diff| vs double reference %.3g\n", worst);
+  std::printf("bf16 prefill attention (%s): worst max |diff| vs double reference %.3g\n",
+              path.name.c_str(), worst);
+  }
+  if (engines == 0) GTEST_SKIP() << "no AVX-512 on this machine: the fp32 path is the only one";
 }
 
 TEST(Attention, SinkEqualsZeroValueKey) {
@@ -340,7 +348,7 @@ using test::PathScope;
 // The paged call == the contiguous call, bit for bit, on every path: random shapes (GQA,
 // d_qk != d_v, odd dims), sinks, every window kind, empty slots with NaN K/V, page_slots
 // 16/32/64/128 and single pages (exact and with a tail), pages shuffled in memory, n_q from 1 to
-// 200 (across kAmxAttentionMinQueries and the fp32 copy path), 1/2/3 threads; and close to the
+// 200 (across kBf16AttentionMinQueries and the fp32 copy path), 1/2/3 threads; and close to the
 // double reference (whose paged form equals its contiguous form bit for bit).
 TEST(AttentionPaged, BitIdenticalToContiguousOnEveryPath) {
   ThreadPool p1(1), p2(2), p3(3);
@@ -349,8 +357,8 @@ TEST(AttentionPaged, BitIdenticalToContiguousOnEveryPath) {
                         {2, 2, 130, 7},  {16, 2, 32, 48}, {3, 1, 40, 72}};
   const int64_t n_qs[] = {1, 2, 5, 16, 31, 63, 64, 65, 97, 130, 200};
   const int32_t page_sizes[] = {16, 32, 64, 128, 0, -7};
-  static_assert(kAmxAttentionMinQueries == 64, "n_q sweep crosses 64");
-  double worst_fp32 = 0, worst_amx = 0;
+  static_assert(kBf16AttentionMinQueries == 64, "n_q sweep crosses 64");
+  double worst_fp32 = 0, worst_bf16 = 0;
   int calls = 0;
   for (const PathConfig& path : attention_paths()) {
     PathScope scope(path);
@@ -380,12 +388,12 @@ TEST(AttentionPaged, BitIdenticalToContiguousOnEveryPath) {
                      n_kv, p, contiguous.data(), *pools[trial % 3]);
       ref::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(),
                      n_kv, p, r.data());
-      const bool amx_path = path.amx && n_q >= kAmxAttentionMinQueries;
+      const bool bf16_path = uses_bf16_prefill_attention(n_q);
       const double nm = test::nmse(contiguous.data(), r.data(), n_out);
       const double mad = test::max_abs_diff(contiguous.data(), r.data(), n_out);
-      ASSERT_LT(nm, amx_path ? 1e-4 : 1e-10) << what;
-      ASSERT_LT(mad, amx_path ? 5e-2 : 1e-5) << what;
-      (amx_path ? worst_amx : worst_fp32) = std::max(amx_path ? worst_amx : worst_fp32, mad);
+      ASSERT_LT(nm, bf16_path ? 1e-4 : 1e-10) << what;
+      ASSERT_LT(mad, bf16_path ? 5e-2 : 1e-5) << what;
+      (bf16_path ? worst_bf16 : worst_fp32) = std::max(bf16_path ? worst_bf16 : worst_fp32, mad);
       for (size_t ps = 0; ps < std::size(page_sizes); ++ps) {
         PagedCache pc;
         paginate(c, d, n_kv, page_sizes[ps], seed * 31 + static_cast<uint32_t>(ps), pc);
@@ -403,7 +411,7 @@ TEST(AttentionPaged, BitIdenticalToContiguousOnEveryPath) {
     }
   }
   std::printf("paged attention: %d paged calls bit-identical; worst max |diff| vs double "
-              "reference: fp32 %.3g, AMX bf16 %.3g\n", calls, worst_fp32, worst_amx);
+              "reference: fp32 %.3g, bf16 prefill %.3g\n", calls, worst_fp32, worst_bf16);
 }
 
 // Decode / verify shapes over a long paged cache in the engine's block-table style (page 16,

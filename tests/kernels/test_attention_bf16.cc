@@ -1,12 +1,13 @@
 // ops::attention over bf16, head-major KV pages (ops.h KvPages kBF16) against two oracles:
 //   - the fp32 attention of the same path over a contiguous fp32 cache holding the bf16-rounded
-//     K/V: bit-identical on every path (portable, AVX-512 fp32, AMX bf16 prefill), since each
-//     kernel widens bf16 exactly and runs its fp32 arithmetic (AMX: the same tile bytes);
+//     K/V: bit-identical on every path (portable, AVX-512 fp32, bf16 prefill on AMX or AVX-512
+//     BF16), since each kernel widens bf16 exactly and runs its fp32 arithmetic (the bf16
+//     prefill: the same packed tile bytes);
 //   - the double reference over the rounded values (NMSE < 1e-10 on the fp32 paths), whose bf16
 //     form equals its fp32 form bit for bit.
 // Pages are shuffled in memory, sizes 16 / 32 / 64 / a single page, with finite garbage in empty
 // rows and unused rows (what a KV pool's recycled pages hold); GQA, d_qk != d_v, odd dims,
-// sinks, every window kind, n_q across the AMX threshold, 1 / 2 / 3 threads; and batch
+// sinks, every window kind, n_q across the bf16 prefill threshold, 1 / 2 / 3 threads; and batch
 // invariance: decode rows computed one at a time equal the verify block, bit for bit.
 #include <gtest/gtest.h>
 
@@ -165,9 +166,9 @@ TEST(AttentionBf16Kv, EqualsFp32OverRoundedValuesOnEveryPath) {
                      p, fp32.data(), *pools[trial % 3]);
       ref::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(), n_kv,
                      p, r.data());
-      const bool amx_path = path.amx && n_q >= kAmxAttentionMinQueries;
-      ASSERT_LT(test::nmse(fp32.data(), r.data(), n_out), amx_path ? 1e-4 : 1e-10) << what;
-      if (!amx_path) worst = std::max(worst, test::max_abs_diff(fp32.data(), r.data(), n_out));
+      const bool bf16_path = uses_bf16_prefill_attention(n_q);
+      ASSERT_LT(test::nmse(fp32.data(), r.data(), n_out), bf16_path ? 1e-4 : 1e-10) << what;
+      if (!bf16_path) worst = std::max(worst, test::max_abs_diff(fp32.data(), r.data(), n_out));
       for (size_t ps = 0; ps < caches.size(); ++ps) {
         ThreadPool& pool = *pools[(trial + ps) % 3];
         std::vector<float> got(n_out, NAN);

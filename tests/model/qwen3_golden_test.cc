@@ -67,9 +67,9 @@ TEST_P(Qwen3Golden, BatchedEqualsIncrementalBitwise) {
   }
 }
 
-// The default path: a run of >= kAmxAttentionMinQueries rows takes the bf16 prefill attention
-// where AMX is usable. Its logits stay within bf16 rounding of the fp32 incremental ones and the
-// greedy picks are unchanged. (gqa4_yarn: the fixture whose prompt + continuation is that long.)
+// The default path: a run of >= kBf16AttentionMinQueries rows takes the bf16 prefill attention
+// on AVX-512 machines (AMX tiles, or AVX-512 BF16 dot products). Its logits stay within bf16
+// rounding of the fp32 incremental ones and the greedy picks are unchanged. (gqa4_yarn: the fixture whose prompt + continuation is that long.)
 TEST(Qwen3GoldenPrefill, Bf16AttentionCloseToFp32) {
   const std::string name = "gqa4_yarn";
   const std::string dir = test::fixture("qwen3/" + name);
@@ -80,8 +80,9 @@ TEST(Qwen3GoldenPrefill, Bf16AttentionCloseToFp32) {
   auto seq = g.i32("prompt_ids");
   const auto greedy = g.i32("greedy_ids");
   seq.insert(seq.end(), greedy.begin(), greedy.end() - 1);
-  ASSERT_GE(static_cast<int64_t>(seq.size()), kAmxAttentionMinQueries);
-  if (!amx_usable()) GTEST_SKIP() << "no AMX on this machine: the fp32 path is the only one";
+  ASSERT_GE(static_cast<int64_t>(seq.size()), kBf16AttentionMinQueries);
+  if (!uses_bf16_prefill_attention(static_cast<int64_t>(seq.size())))
+    GTEST_SKIP() << "no AVX-512 on this machine: the fp32 path is the only one";
   ForwardOut fast = test::run_forward(*model, seq, LogitsMode::kAll);
   model->kv().clear(0);
   set_bf16_prefill_attention(false);

@@ -97,6 +97,15 @@ int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, in
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool, float* work,
                int32_t* pos_work);
+// The bf16 prefill attention (ops.h: n_q >= kBf16AttentionMinQueries) on AVX-512 BF16 dot
+// products, for machines without AMX (cpu/attention_bf16_avx512.cc). work:
+// bf16_prefill_attention_work_floats(p, kv.n_slots, pool.n_threads()) floats, for this engine
+// and amx::attention alike (one scratch layout: cpu/attention_bf16_prefill.h); pos_work:
+// kv.n_slots int32 (positions gathered contiguous).
+int64_t bf16_prefill_attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads);
+void attention_bf16(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+                    const AttnParams& p, float* out, ThreadPool& pool, float* work,
+                    int32_t* pos_work);
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
                   float eps, float* y);
@@ -136,10 +145,9 @@ void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
 // used; a.d valid for rows < M; more than kGgmlAmxMaxRows rows run as chunks of that many).
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
-// Attention of long query runs (ops.h: n_q >= kAmxAttentionMinQueries) with bf16 tiles.
-// work: attention_work_floats(p, kv.n_slots, pool.n_threads()) floats; pos_work: kv.n_slots
-// int32 (positions gathered contiguous). Only call when amx_usable().
-int64_t attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads);
+// The bf16 prefill attention (ops.h: n_q >= kBf16AttentionMinQueries) on AMX tiles
+// (cpu/attention_amx.cc; the algorithm both engines share: cpu/attention_bf16_prefill.h).
+// work / pos_work: as for avx512::attention_bf16. Only call when amx_usable().
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool, float* work,
                int32_t* pos_work);
