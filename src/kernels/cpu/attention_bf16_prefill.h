@@ -68,7 +68,6 @@ constexpr int64_t kTile = 16 * 32;  // bf16 elements of one tile (1 KiB)
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
-
 struct Shape {
   int64_t n_kv, n_kb;  // slots, blocks of 32 slots
   int64_t dcp;         // 32-wide chunks of d_qk
