@@ -94,14 +94,14 @@ void BM_Quantize(benchmark::State& st) {
     st.SkipWithError("needs AVX-512");
     return;
   }
-  const int64_t M = st.range(0);
+  const int64_t M = st.range(0), ab = st.range(1);
   const auto x = random_f32(static_cast<size_t>(M * kK), 5);
   std::vector<int8_t> q(static_cast<size_t>(M * (kK + 256)));
-  std::vector<float> d(static_cast<size_t>(M * kK / 256)), r(static_cast<size_t>(M * kK));
+  std::vector<float> d(static_cast<size_t>(M * kK / ab)), r(static_cast<size_t>(M * kK));
   std::vector<int32_t> s16(static_cast<size_t>(M * kK / 16)), s32(static_cast<size_t>(M * kK / 32));
   for (auto _ : st) {
-    cpu::avx512::quantize_ggml_act(x.data(), M, kK, 256, q.data(), d.data(), s16.data(), s32.data());
-    cpu::avx512::ggml_act_residual(x.data(), q.data(), d.data(), M, kK, 256, r.data());
+    cpu::avx512::quantize_ggml_act(x.data(), M, kK, ab, q.data(), d.data(), s16.data(), s32.data());
+    cpu::avx512::ggml_act_residual(x.data(), q.data(), d.data(), M, kK, ab, r.data());
     benchmark::DoNotOptimize(r.data());
   }
 }
@@ -113,8 +113,11 @@ int reg = [] {
                                    BM_Kernel, t, amx)
           ->ArgName("rows")->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)
           ->Unit(benchmark::kMicrosecond)->UseRealTime();
+  // One quantization and its residual (the first half of int8x2), blocks of 256 (K formats)
+  // and 32 (Q8_0 / Q5_0 / Q4_0).
   benchmark::RegisterBenchmark("Quantize/int8x2/K2048", BM_Quantize)
-      ->ArgName("rows")->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+      ->ArgNames({"rows", "ab"})->ArgsProduct({{1, 16}, {256, 32}})
+      ->Unit(benchmark::kMicrosecond)->UseRealTime();
   return 0;
 }();
 

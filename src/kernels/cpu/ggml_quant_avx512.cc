@@ -9,8 +9,10 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx512.h"
 
 namespace dfl::cpu::avx512 {
 
@@ -22,31 +24,71 @@ inline __m512 abs_ps(__m512 v) {
   return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)));
 }
 
+// Σ q of one 16-byte group: the bytes as u = q + 128 summed by vpsadbw, minus 16 · 128 (exact).
+inline int32_t group_sum(__m128i qb) {
+  const __m128i s = _mm_sad_epu8(_mm_xor_si128(qb, _mm_set1_epi8(int8_t(0x80))), _mm_setzero_si128());
+  return static_cast<int32_t>(_mm_cvtsi128_si64(s) + _mm_extract_epi64(s, 1)) - 16 * 128;
+}
+
+// The 4 group sums of 64 bytes (groups of 16) into s[0..3], as group_sum does them.
+inline void group_sums4(__m512i qb, int32_t* s) {
+  const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(qb, _mm512_set1_epi8(int8_t(0x80))),
+                                      _mm512_setzero_si512());  // 8 sums of 8 bytes
+  const __m512i pair = _mm512_add_epi64(sad, _mm512_shuffle_epi32(sad, _MM_PERM_BADC));
+  const __m256i sums = _mm512_cvtepi64_epi32(_mm512_maskz_compress_epi64(0x55, pair));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(s),
+                   _mm_sub_epi32(_mm256_castsi256_si128(sums), _mm_set1_epi32(16 * 128)));
+}
+
 }  // namespace
 
 void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
                        int32_t* s16, int32_t* s32) {
   const int64_t ldq = K + 256, nb = K / ab, n16 = K / 16, n32 = K / 32;
   const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  thread_local std::vector<float> inv;  // 1 / d per block of the row
+  if (static_cast<int64_t>(inv.size()) < nb) inv.resize(static_cast<size_t>(nb));
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * K;
     int8_t* qr = q + m * ldq;
     int32_t* sr = s16 + m * n16;
+    float* dr = d + m * nb;
+    // Block maxima, then d = amax / 127 and 1 / d for 16 blocks at a time (IEEE division:
+    // the scalar code's bits).
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = xr + b * ab;
       __m512 amax = _mm512_setzero_ps();
       for (int64_t g = 0; g < ab; g += 16) amax = _mm512_max_ps(abs_ps(_mm512_loadu_ps(xb + g)), amax);
-      const float dd = _mm512_reduce_max_ps(amax) / 127.0f;
-      const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-      const __m512 idv = _mm512_set1_ps(id);
-      for (int64_t g = 0; g < ab; g += 16) {
-        __m512 v = _mm512_roundscale_ps(_mm512_mul_round_ps(_mm512_loadu_ps(xb + g), idv, kRne), kRne);
+      dr[b] = _mm512_reduce_max_ps(amax);
+    }
+    for (int64_t b = 0; b < nb; b += 16) {
+      const __mmask16 mk = lanes16(nb - b);
+      const __m512 dd = _mm512_div_ps(_mm512_maskz_loadu_ps(mk, dr + b), _mm512_set1_ps(127.0f));
+      const __mmask16 nz = _mm512_cmp_ps_mask(dd, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+      _mm512_mask_storeu_ps(dr + b, mk, dd);
+      _mm512_mask_storeu_ps(inv.data() + b, mk, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), dd));
+    }
+    // q per group of 16, the group sums 4 groups at a time.
+    for (int64_t k = 0; k < K; k += 64) {
+      const int ng = K - k >= 64 ? 4 : static_cast<int>((K - k) / 16);
+      __m128i qb[4];
+      for (int j = 0; j < ng; ++j) {
+        const int64_t kk = k + 16 * j;
+        const __m512 idv = _mm512_set1_ps(inv[kk / ab]);
+        __m512 v = _mm512_roundscale_ps(_mm512_mul_round_ps(_mm512_loadu_ps(xr + kk), idv, kRne), kRne);
         v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-        const __m512i qi = _mm512_cvtps_epi32(v);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + b * ab + g), _mm512_cvtepi32_epi8(qi));
-        sr[(b * ab + g) / 16] = _mm512_reduce_add_epi32(qi);
+        qb[j] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + kk), qb[j]);
       }
-      d[m * nb + b] = dd;
+      if (ng == 4) {
+        __m512i all = _mm512_castsi128_si512(qb[0]);
+        all = _mm512_inserti32x4(all, qb[1], 1);
+        all = _mm512_inserti32x4(all, qb[2], 2);
+        all = _mm512_inserti32x4(all, qb[3], 3);
+        group_sums4(all, sr + k / 16);
+      } else {
+        for (int j = 0; j < ng; ++j) sr[k / 16 + j] = group_sum(qb[j]);
+      }
     }
     std::memset(qr + K, 0, 256);
     for (int64_t b = 0; b < n32; ++b) s32[m * n32 + b] = sr[2 * b] + sr[2 * b + 1];
