@@ -245,7 +245,7 @@ void CausalLM::forward(const ForwardArgs& a, ForwardOut& out) {
   const int32_t H = config().hidden_size;
   const size_t n_aux = a.aux ? a.aux->size() : 0;
   // Ring layers take at most slack() rows per forward: long runs go in chunks (the kernels are
-  // batch-invariant below the AMX prefill threshold; see kernels/ops.h).
+  // batch-invariant below the bf16 prefill-attention threshold; see kernels/ops.h).
   const int32_t chunk = kv().has_rings() ? kv().slack() : a.n;
   // One chunk (a decode step, a verify block): its logits are swapped out of the reused
   // one_seq_out_, which takes out's old buffer — the same size from a caller's previous call of

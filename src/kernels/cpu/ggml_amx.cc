@@ -53,13 +53,6 @@ inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 // live on the stack (a load and a store per row and block; 2048×640 M = 16: 250 vs 213 µs).
 #define DFL_INLINE __attribute__((always_inline))
 
-// Mask of the 5th bits of Q5_0 qs group g (the packed layout: cpu/ggml_avx512.cc).
-inline __mmask64 fifth_bit_mask(const uint8_t* qh, int g) {
-  uint64_t m;
-  std::memcpy(&m, qh + 8 * g, 8);
-  return static_cast<__mmask64>(m);
-}
-
 // The signed B operand (8 rows × 64 bytes) of packed Q4_0 / Q5_0 block bp, written into ub:
 // q = u − off unpacked from the nibbles (rows 0..3: elements 4g + i = low nibbles, rows 4..7:
 // 16 + 4g + i).
@@ -72,8 +65,8 @@ inline void b_operand(const uint8_t* bp, uint8_t* ub) {
       const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
       __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
       if constexpr (T == kQ5_0) {  // q = nibble + 16 · 5th bit − 16: minus 16 where the bit is 0
-        lo = _mm512_mask_sub_epi8(lo, _knot_mask64(fifth_bit_mask(bp + 256, g)), lo, off);
-        hi = _mm512_mask_sub_epi8(hi, _knot_mask64(fifth_bit_mask(bp + 256, 4 + g)), hi, off);
+        lo = _mm512_mask_sub_epi8(lo, _knot_mask64(avx512::fifth_bit_mask(bp + 256, g)), lo, off);
+        hi = _mm512_mask_sub_epi8(hi, _knot_mask64(avx512::fifth_bit_mask(bp + 256, 4 + g)), hi, off);
       } else {
         lo = _mm512_sub_epi8(lo, off);
         hi = _mm512_sub_epi8(hi, off);

@@ -513,14 +513,6 @@ constexpr int64_t kQ32Qs = T == int(DType::kQ8_0) ? 512 : 256;
 template <int T>
 constexpr int64_t kQ32Qh = T == int(DType::kQ5_0) ? 64 : 0;
 
-// Mask of the 5th bits of qs group g (prepack: 8 u64 after the qs bytes; bit 4o + i = the 5th
-// bit of byte 4o + i of the group's 64 — low nibbles for g < 4, high for g ≥ 4).
-inline __mmask64 fifth_bit_mask(const uint8_t* qh, int g) {
-  uint64_t m;
-  std::memcpy(&m, qh + 8 * g, 8);
-  return static_cast<__mmask64>(m);
-}
-
 template <int T, int MR>
 void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, float* acc) {
   const int64_t ldq = a.K + 256, nb = a.K / 32;

@@ -144,8 +144,6 @@ void packed_bf16_rows(int64_t mr, const uint16_t* xb, int64_t Kp, const uint16_t
   }
 }
 
-
-
 // ---------------------------------------------------------------------------------------------
 // F32 / F16 / F8_E4M3 weights: dequantized to fp32 in registers, fp32 FMA with fp32 x.
 

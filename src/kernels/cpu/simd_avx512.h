@@ -1,20 +1,18 @@
-// Internal helpers shared by the AVX-512 kernel files. Include only from *_avx512.cc files:
-// everything here is `static inline` in an anonymous namespace, so no AVX-512 code can leak into
+// Internal helpers shared by the AVX-512 kernel files. Include only from *_avx512.cc and
+// *_amx.cc files: everything here is `static inline` in an anonymous namespace, so no AVX-512 code can leak into
 // a symbol the baseline code links against.
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/visibility.h"
 
 namespace dfl::cpu::avx512 {
 namespace {
 
-// The GGML int8 kernels' final sum (kernels/ggml_matmul.cc): per row, the 8 fp32 lane
-// accumulators of 16 outputs, acc[m][lane][16], reduced as ((l0 + l4) + (l1 + l5)) + ((l2 + l6) +
-// (l3 + l7)) into y[m * ldy + 0..15] (the first n_valid outputs).
 // Every 64-byte line of [p, p + bytes) prefetched into L1 (weight streams that the hardware
 // prefetcher alone leaves below the bandwidth).
 static inline void prefetch_lines(const void* p, int64_t bytes) {
@@ -22,6 +20,9 @@ static inline void prefetch_lines(const void* p, int64_t bytes) {
   for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
 }
 
+// The GGML int8 kernels' final sum (kernels/ggml_matmul.cc): per row, the 8 fp32 lane
+// accumulators of 16 outputs, acc[m][lane][16], reduced as ((l0 + l4) + (l1 + l5)) + ((l2 + l6) +
+// (l3 + l7)) into y[m * ldy + 0..15] (the first n_valid outputs).
 // Rows are global rows row0 + m (y points at row row0): under pair (GgmlAct::pair) the residual
 // rows add into row m − pair — in registers when acc holds both halves (row0 = 0, M = 2·pair:
 // one store per output row), else into the row already in y.
@@ -49,6 +50,15 @@ static inline void store_lane_sums(const float* acc, int64_t M, int64_t n_valid,
       _mm512_mask_storeu_ps(y + m * ldy, mk, r);
     }
   }
+}
+
+// Mask of the 5th bits of Q5_0 qs group g of a kPackedQ32x16 block (cpu/ggml_avx512.cc: 8 u64
+// after the qs bytes; bit 4o + i = the 5th bit of byte 4o + i of the group's 64 — low nibbles
+// for g < 4, high for g ≥ 4).
+static inline __mmask64 fifth_bit_mask(const uint8_t* qh, int g) {
+  uint64_t m;
+  std::memcpy(&m, qh + 8 * g, 8);
+  return static_cast<__mmask64>(m);
 }
 
 // The 6-bit values of the kPackedQ6K16 layout (cpu/ggml_avx512.cc): element group g (0..3) of
