@@ -267,29 +267,32 @@ void over_rows(ThreadPool* pool, int64_t n_rows, int64_t row_elems, Fn&& fn) {
 
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y,
               ThreadPool* pool) {
-  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const IsaLevel isa = cpu_isa();
   over_rows(pool, n_rows, dim, [&](int64_t b, int64_t e) {
-    if (simd) return cpu::avx512::rms_norm(x + b * dim, w, e - b, dim, eps, y + b * dim);
+    if (isa == IsaLevel::kAvx512) return cpu::avx512::rms_norm(x + b * dim, w, e - b, dim, eps, y + b * dim);
+    if (isa == IsaLevel::kAvx2) return cpu::avx2::rms_norm(x + b * dim, w, e - b, dim, eps, y + b * dim);
     rms_norm_portable(x + b * dim, w, e - b, dim, eps, y + b * dim);
   });
 }
 
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
                   float eps, float* y, ThreadPool* pool) {
-  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const IsaLevel isa = cpu_isa();
   over_rows(pool, n_rows, dim, [&](int64_t b, int64_t e) {
     const int64_t o = b * dim;
-    if (simd) return cpu::avx512::add_rms_norm(res + o, x + o, w, e - b, dim, eps, y + o);
+    if (isa == IsaLevel::kAvx512) return cpu::avx512::add_rms_norm(res + o, x + o, w, e - b, dim, eps, y + o);
+    if (isa == IsaLevel::kAvx2) return cpu::avx2::add_rms_norm(res + o, x + o, w, e - b, dim, eps, y + o);
     add_rms_norm_portable(res + o, x + o, w, e - b, dim, eps, y + o);
   });
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
-  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const IsaLevel isa = cpu_isa();
   const int64_t runs = (n + 63) / 64;
   over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
     const int64_t o = b * 64, len = std::min(n, e * 64) - o;
-    if (simd) return cpu::avx512::silu_mul(gate + o, up + o, len, out + o);
+    if (isa == IsaLevel::kAvx512) return cpu::avx512::silu_mul(gate + o, up + o, len, out + o);
+    if (isa == IsaLevel::kAvx2) return cpu::avx2::silu_mul(gate + o, up + o, len, out + o);
     silu_mul_portable(gate + o, up + o, len, out + o);
   });
 }
@@ -314,54 +317,59 @@ void delta_rule_step(const float* s_in, float* s_out, const float* k, const floa
 }
 
 void add_inplace(float* y, const float* x, int64_t n, ThreadPool* pool) {
-  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const IsaLevel isa = cpu_isa();
   const int64_t runs = (n + 63) / 64;
   over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
     const int64_t o = b * 64, len = std::min(n, e * 64) - o;
-    if (simd) return cpu::avx512::add_inplace(y + o, x + o, len);
+    if (isa == IsaLevel::kAvx512) return cpu::avx512::add_inplace(y + o, x + o, len);
+    if (isa == IsaLevel::kAvx2) return cpu::avx2::add_inplace(y + o, x + o, len);
     add_inplace_portable(y + o, x + o, len);
   });
 }
 
 void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
-  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const IsaLevel isa = cpu_isa();
   const int64_t runs = (n + 63) / 64;
   over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
     const int64_t o = b * 64, len = std::min(n, e * 64) - o;
-    if (simd) return cpu::avx512::gelu_tanh_mul(gate + o, up + o, len, out + o);
+    if (isa == IsaLevel::kAvx512) return cpu::avx512::gelu_tanh_mul(gate + o, up + o, len, out + o);
+    if (isa == IsaLevel::kAvx2) return cpu::avx2::gelu_tanh_mul(gate + o, up + o, len, out + o);
     gelu_tanh_mul_portable(gate + o, up + o, len, out + o);
   });
 }
 
 void softcap(float* x, int64_t n, float cap, ThreadPool* pool) {
-  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const IsaLevel isa = cpu_isa();
   const int64_t runs = (n + 63) / 64;
   over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
     const int64_t o = b * 64, len = std::min(n, e * 64) - o;
-    if (simd) return cpu::avx512::softcap(x + o, len, cap);
+    if (isa == IsaLevel::kAvx512) return cpu::avx512::softcap(x + o, len, cap);
+    if (isa == IsaLevel::kAvx2) return cpu::avx2::softcap(x + o, len, cap);
     softcap_portable(x + o, len, cap);
   });
 }
 
 void scale_inplace(float* x, int64_t n, float s, ThreadPool* pool) {
-  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const IsaLevel isa = cpu_isa();
   const int64_t runs = (n + 63) / 64;
   over_rows(pool, runs, 64, [&](int64_t b, int64_t e) {
     const int64_t o = b * 64, len = std::min(n, e * 64) - o;
-    if (simd) return cpu::avx512::scale_inplace(x + o, len, s);
+    if (isa == IsaLevel::kAvx512) return cpu::avx512::scale_inplace(x + o, len, s);
+    if (isa == IsaLevel::kAvx2) return cpu::avx2::scale_inplace(x + o, len, s);
     scale_inplace_portable(x + o, len, s);
   });
 }
 
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin, ThreadPool* pool) {
-  const bool simd = cpu_isa() == IsaLevel::kAvx512;
+  const IsaLevel isa = cpu_isa();
   const int64_t half = n_rot / 2;
   over_rows(pool, n_rows, n_heads * head_dim, [&](int64_t b, int64_t e) {
     float* xb = x + b * row_stride;
     const float* cb = cos + b * half;
     const float* sb = sin + b * half;
-    if (simd) return cpu::avx512::rope_neox(xb, e - b, row_stride, n_heads, head_dim, n_rot, cb, sb);
+    if (isa == IsaLevel::kAvx512) return cpu::avx512::rope_neox(xb, e - b, row_stride, n_heads, head_dim, n_rot, cb, sb);
+    if (isa == IsaLevel::kAvx2) return cpu::avx2::rope_neox(xb, e - b, row_stride, n_heads, head_dim, n_rot, cb, sb);
     rope_neox_portable(xb, e - b, row_stride, n_heads, head_dim, n_rot, cb, sb);
   });
 }
@@ -449,7 +457,8 @@ PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
   if (w.packed_format == kPackedNone && w.dtype == DType::kQ4_K && cpu_isa() == IsaLevel::kAvx512 &&
       ggml_activations() != GgmlActivations::kFp32)
     return ops::prepack_q4k16(w, pool);
-  if (w.packed_format == kPackedNone && cpu_isa() == IsaLevel::kAvx512 &&
+  // (AVX2 streams the Q32x16 layout too: cpu/ggml_avx2.cc.)
+  if (w.packed_format == kPackedNone && cpu_isa() >= IsaLevel::kAvx2 &&
       ggml_activations() != GgmlActivations::kFp32 &&
       (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 || w.dtype == DType::kQ4_0))
     return ops::prepack_q32x16(w, pool);

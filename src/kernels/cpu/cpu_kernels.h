@@ -157,6 +157,27 @@ namespace avx2 {
 // x: [M, K] fp32; xp: scratch for M * round_up(K, 8) fp32 (zero-padded copy of x).
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                   float* xp);
+// The GGML int8 kernels and activation quantization on AVX2 (cpu/ggml_avx2.cc): the contracts
+// and bits of the avx512:: functions of the same names (matmul_ggml on the original blocks,
+// matmul_q32x16 on the kPackedQ32x16 layout).
+bool ggml_supported(int dtype);
+void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
+                       int32_t* s16, int32_t* s32);
+void ggml_act_residual(const float* x, const int8_t* q, const float* d, int64_t M, int64_t K,
+                       int64_t ab, float* r);
+// The element-wise ops of the avx512:: names above on 8 lanes (cpu/elementwise_avx2.cc).
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
+void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
+                  float eps, float* y);
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+void add_inplace(float* y, const float* x, int64_t n);
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+void softcap(float* x, int64_t n, float cap);
+void scale_inplace(float* x, int64_t n, float s);
+void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
+               int64_t n_rot, const float* cos, const float* sin);
 }  // namespace avx2
 
 }  // namespace dfl::cpu

@@ -1,4 +1,5 @@
-// The AVX-512 activation quantization of the GGML int8 kernels (cpu/ggml_quant_avx512.cc) against
+// The AVX-512 and AVX2 activation quantization of the GGML int8 kernels (cpu/ggml_quant_avx512.cc,
+// cpu/ggml_avx2.cc) against
 // a scalar transcription of the rule in kernels/ggml_matmul.cc's top comment: every byte of q,
 // every bit of d, s16, s32 and the int8x2 residual, on random rows, rounding ties, all-zero
 // blocks, tiny and huge values, ±0, ±inf and NaN.
@@ -55,8 +56,12 @@ void scalar_quant(const float* x, int64_t M, int64_t K, int64_t ab, Quant* o) {
   }
 }
 
-TEST(GgmlQuantAvx512, SameBitsAsScalarRule) {
-  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 on this machine";
+using QuantFn = void (*)(const float*, int64_t, int64_t, int64_t, int8_t*, float*, int32_t*,
+                        int32_t*);
+using ResidualFn = void (*)(const float*, const int8_t*, const float*, int64_t, int64_t, int64_t,
+                            float*);
+
+void expect_same_bits_as_scalar_rule(QuantFn quantize, ResidualFn residual) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
@@ -81,9 +86,8 @@ TEST(GgmlQuantAvx512, SameBitsAsScalarRule) {
       }
       Quant want(M, K, ab), got(M, K, ab);
       scalar_quant(x.data(), M, K, ab, &want);
-      cpu::avx512::quantize_ggml_act(x.data(), M, K, ab, got.q.data(), got.d.data(), got.s16.data(),
-                                     got.s32.data());
-      cpu::avx512::ggml_act_residual(x.data(), got.q.data(), got.d.data(), M, K, ab, got.r.data());
+      quantize(x.data(), M, K, ab, got.q.data(), got.d.data(), got.s16.data(), got.s32.data());
+      residual(x.data(), got.q.data(), got.d.data(), M, K, ab, got.r.data());
       EXPECT_EQ(want.q, got.q) << "ab=" << ab << " K=" << K;
       EXPECT_EQ(0, std::memcmp(want.d.data(), got.d.data(), want.d.size() * 4)) << "ab=" << ab << " K=" << K;
       EXPECT_EQ(want.s16, got.s16) << "ab=" << ab << " K=" << K;
@@ -91,6 +95,16 @@ TEST(GgmlQuantAvx512, SameBitsAsScalarRule) {
       EXPECT_EQ(0, std::memcmp(want.r.data(), got.r.data(), want.r.size() * 4)) << "ab=" << ab << " K=" << K;
     }
   }
+}
+
+TEST(GgmlQuant, Avx512SameBitsAsScalarRule) {
+  if (cpu_isa() < IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 on this machine";
+  expect_same_bits_as_scalar_rule(cpu::avx512::quantize_ggml_act, cpu::avx512::ggml_act_residual);
+}
+
+TEST(GgmlQuant, Avx2SameBitsAsScalarRule) {
+  if (cpu_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "no AVX2 on this machine";
+  expect_same_bits_as_scalar_rule(cpu::avx2::quantize_ggml_act, cpu::avx2::ggml_act_residual);
 }
 
 }  // namespace
