@@ -389,6 +389,10 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
       cpu::avx512::matmul_ggml(a, M, w, ym, pool);
     } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ32x16) {
       cpu::avx2::matmul_q32x16(a, M, w, ym, pool);
+    } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ4K16) {
+      cpu::avx2::matmul_q4k16(a, M, w, ym, pool);
+    } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ6K16) {
+      cpu::avx2::matmul_q6k16(a, M, w, ym, pool);
     } else if (isa == IsaLevel::kAvx2 && cpu::avx2::ggml_supported(static_cast<int>(w.dtype))) {
       cpu::avx2::matmul_ggml(a, M, w, ym, pool);
     } else {

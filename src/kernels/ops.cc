@@ -454,15 +454,15 @@ bool uses_bf16_prefill_attention(int64_t n_q) {
 }
 
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
-  if (w.packed_format == kPackedNone && w.dtype == DType::kQ4_K && cpu_isa() == IsaLevel::kAvx512 &&
+  // The packed GGML layouts serve AVX-512 and AVX2 alike (cpu/ggml_avx512.cc, cpu/ggml_avx2.cc).
+  if (w.packed_format == kPackedNone && w.dtype == DType::kQ4_K && cpu_isa() >= IsaLevel::kAvx2 &&
       ggml_activations() != GgmlActivations::kFp32)
     return ops::prepack_q4k16(w, pool);
-  // (AVX2 streams the Q32x16 layout too: cpu/ggml_avx2.cc.)
   if (w.packed_format == kPackedNone && cpu_isa() >= IsaLevel::kAvx2 &&
       ggml_activations() != GgmlActivations::kFp32 &&
       (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 || w.dtype == DType::kQ4_0))
     return ops::prepack_q32x16(w, pool);
-  if (w.packed_format == kPackedNone && w.dtype == DType::kQ6_K && cpu_isa() == IsaLevel::kAvx512 &&
+  if (w.packed_format == kPackedNone && w.dtype == DType::kQ6_K && cpu_isa() >= IsaLevel::kAvx2 &&
       ggml_activations() != GgmlActivations::kFp32)
     return ops::prepack_q6k16(w, pool);
   PackedWeight p;

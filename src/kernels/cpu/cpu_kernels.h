@@ -159,10 +159,12 @@ void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, Th
                   float* xp);
 // The GGML int8 kernels and activation quantization on AVX2 (cpu/ggml_avx2.cc): the contracts
 // and bits of the avx512:: functions of the same names (matmul_ggml on the original blocks,
-// matmul_q32x16 on the kPackedQ32x16 layout).
+// matmul_q32x16 / q4k16 / q6k16 on the packed layouts).
 bool ggml_supported(int dtype);
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
                        int32_t* s16, int32_t* s32);
 void ggml_act_residual(const float* x, const int8_t* q, const float* d, int64_t M, int64_t K,

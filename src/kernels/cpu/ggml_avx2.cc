@@ -381,6 +381,178 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
   }
 }
 
+// ---- Q4_K / Q6_K in the kPackedQ4K16 / kPackedQ6K16 layouts (cpu/ggml_avx512.cc states them) --
+// Outputs in the lanes as above (two halves of 8 per tile). The integer scales are applied by
+// vpmaddwd on s16 sums, so no 32-bit multiplies: Q4_K sums its 8 vpmaddubsw of a sub-block in
+// s16 (pairs ≤ 2·15·127, 8 of them < 2^15) and widens them times [sc, sc]; the min term is
+// vpmaddwd of [m_j, m_j+1] with the activation sums [Σq_j, Σq_j+1] (|Σ| ≤ 32·127 fits s16).
+// Q6_K: 2 vpmaddubsw per s16 sum (pairs ≤ 2·63·127), widened times [sc, sc]; its −32 offset as
+// −32 · Σ_j sc_j · Σq_j, the same integer as Σ_j sc_j · (dot_j − 32 · Σq_j).
+constexpr int64_t kQ4KSc = 2048, kQ4KM = 2048 + 128, kQ4KD = 2048 + 256, kQ4KDmin = 2048 + 256 + 64;
+constexpr int64_t kQ6KQh = 2048, kQ6KSc = 3072, kQ6KD = 3072 + 256;
+
+// 8 lanes of s16 pairs (a[o], b[o]) from 8 bytes each (unsigned or signed).
+inline __m256i pairs16(const uint8_t* a, const uint8_t* b, bool is_signed) {
+  const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)),
+                                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+  return is_signed ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
+}
+
+inline __m256i bcast_pair16(int32_t lo, int32_t hi) {
+  return _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(hi) << 16) |
+                                                (static_cast<uint32_t>(lo) & 0xFFFFu)));
+}
+
+template <int MR>
+void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, float* acc) {
+  const int64_t ldq = a.K + 256, n32 = a.K / 32;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i isum[MR][2], msum[MR][2];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < 2; ++h) isum[r][h] = msum[r][h] = _mm256_setzero_si256();
+  for (int c = 0; c < 4; ++c) {
+    __m256i dlo[MR][2], dhi[MR][2];
+    for (int r = 0; r < MR; ++r)
+      for (int h = 0; h < 2; ++h) dlo[r][h] = dhi[r][h] = _mm256_setzero_si256();
+    for (int g = 0; g < 8; ++g) {
+      __m256i lo[2], hi[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i wv = load256(sb + (c * 8 + g) * 64 + 32 * h);
+        lo[h] = _mm256_and_si256(wv, m4);
+        hi[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+      }
+      for (int r = 0; r < MR; ++r) {
+        const int8_t* xq = a.q + (m0 + r) * ldq + 256 * s + 64 * c + 4 * g;
+        const __m256i ql = bcast4(xq), qh = bcast4(xq + 32);
+        for (int h = 0; h < 2; ++h) {
+          dlo[r][h] = _mm256_add_epi16(dlo[r][h], _mm256_maddubs_epi16(lo[h], ql));
+          dhi[r][h] = _mm256_add_epi16(dhi[r][h], _mm256_maddubs_epi16(hi[h], qh));
+        }
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* sc = sb + kQ4KSc + 32 * c + 8 * h;  // sub-blocks 2c (sc), 2c + 1 (sc + 16)
+      const uint8_t* mn = sb + kQ4KM + 32 * c + 8 * h;
+      const __m256i sclo = pairs16(sc, sc, false), schi = pairs16(sc + 16, sc + 16, false);
+      const __m256i mp = pairs16(mn, mn + 16, false);
+      for (int r = 0; r < MR; ++r) {
+        isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_add_epi32(_mm256_madd_epi16(dlo[r][h], sclo),
+                                                                   _mm256_madd_epi16(dhi[r][h], schi)));
+        const int32_t* b32 = a.s32 + (m0 + r) * n32 + 8 * s + 2 * c;
+        msum[r][h] = _mm256_add_epi32(msum[r][h], _mm256_madd_epi16(mp, bcast_pair16(b32[0], b32[1])));
+      }
+    }
+  }
+  const float* dp = reinterpret_cast<const float*>(sb + kQ4KD);
+  const float* mp = reinterpret_cast<const float*>(sb + kQ4KDmin);
+  for (int r = 0; r < MR; ++r) {
+    const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * ns + s]);
+    float* ap = acc + (r * 8 + s % 8) * 16;
+    for (int h = 0; h < 2; ++h) {
+      __m256 v = _mm256_loadu_ps(ap + 8 * h);
+      v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][h]), _mm256_mul_ps(_mm256_loadu_ps(dp + 8 * h), dx), v);
+      v = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[r][h]), _mm256_mul_ps(_mm256_loadu_ps(mp + 8 * h), dx), v);
+      _mm256_storeu_ps(ap + 8 * h, v);
+    }
+  }
+}
+
+// The 6-bit values of element group g (0..3) of one kPackedQ6K16 ql vector with its qh bits.
+inline __m256i q6k16_values(__m256i qlv, __m256i qhv, int g) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i lo = g < 2 ? _mm256_and_si256(qlv, m4) : _mm256_and_si256(_mm256_srli_epi16(qlv, 4), m4);
+  const __m256i hb = g == 0 ? _mm256_slli_epi16(qhv, 4)
+                     : g == 1 ? _mm256_slli_epi16(qhv, 2)
+                     : g == 2 ? qhv
+                              : _mm256_srli_epi16(qhv, 2);
+  return _mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+}
+
+template <int MR>
+void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, float* acc) {
+  const int64_t ldq = a.K + 256, n16 = a.K / 16;
+  __m256i isum[MR][2], corr[MR][2];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < 2; ++h) isum[r][h] = corr[r][h] = _mm256_setzero_si256();
+  for (int hq = 0; hq < 2; ++hq) {
+    for (int g = 0; g < 4; ++g) {
+      for (int half = 0; half < 2; ++half) {  // sub-block j = 8hq + 2g + half: lg = 4 half .. +3
+        const int j = 8 * hq + 2 * g + half;
+        __m256i d0[MR][2], d1[MR][2];  // lg pairs (0, 1) and (2, 3) of the sub-block
+        for (int r = 0; r < MR; ++r)
+          for (int h = 0; h < 2; ++h) d0[r][h] = d1[r][h] = _mm256_setzero_si256();
+        for (int l4 = 0; l4 < 4; ++l4) {
+          const int lg = 4 * half + l4;
+          __m256i u[2];
+          for (int h = 0; h < 2; ++h)
+            u[h] = q6k16_values(load256(sb + ((hq * 2 + g % 2) * 8 + lg) * 64 + 32 * h),
+                                load256(sb + kQ6KQh + (hq * 8 + lg) * 64 + 32 * h), g);
+          const int e = 128 * hq + 32 * g + 4 * lg;
+          for (int r = 0; r < MR; ++r) {
+            const __m256i q = bcast4(a.q + (m0 + r) * ldq + 256 * s + e);
+            for (int h = 0; h < 2; ++h) {
+              __m256i& dd = l4 < 2 ? d0[r][h] : d1[r][h];
+              dd = _mm256_add_epi16(dd, _mm256_maddubs_epi16(u[h], q));
+            }
+          }
+        }
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* sc = sb + kQ6KSc + 16 * j + 8 * h;
+          const __m256i scv = pairs16(sc, sc, true);
+          for (int r = 0; r < MR; ++r)
+            isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_add_epi32(_mm256_madd_epi16(d0[r][h], scv),
+                                                                       _mm256_madd_epi16(d1[r][h], scv)));
+        }
+      }
+    }
+  }
+  // Σ_j sc_j · Σq_j over the 16 sub-blocks, two at a time.
+  for (int jj = 0; jj < 16; jj += 2) {
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* sc = sb + kQ6KSc + 16 * jj + 8 * h;
+      const __m256i sp = pairs16(sc, sc + 16, true);
+      for (int r = 0; r < MR; ++r) {
+        const int32_t* s16 = a.s16 + (m0 + r) * n16 + 16 * s + jj;
+        corr[r][h] = _mm256_add_epi32(corr[r][h], _mm256_madd_epi16(sp, bcast_pair16(s16[0], s16[1])));
+      }
+    }
+  }
+  const float* dp = reinterpret_cast<const float*>(sb + kQ6KD);
+  for (int r = 0; r < MR; ++r) {
+    const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * ns + s]);
+    float* ap = acc + (r * 8 + s % 8) * 16;
+    for (int h = 0; h < 2; ++h) {
+      const __m256i is = _mm256_sub_epi32(isum[r][h], _mm256_slli_epi32(corr[r][h], 5));
+      _mm256_storeu_ps(ap + 8 * h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(_mm256_loadu_ps(dp + 8 * h), dx),
+                                                   _mm256_loadu_ps(ap + 8 * h)));
+    }
+  }
+}
+
+template <bool Q6>
+void k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1) {
+  const int64_t ns = w.n_in / 256, SB = Q6 ? kQ6K16SuperBytes : kQ4K16SuperBytes;
+  alignas(32) float acc[kGgmlRowChunk * 8 * 16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * ns * SB;
+    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    for (int64_t sI = 0; sI < ns; ++sI) {
+      const uint8_t* sbp = tile + sI * SB;
+      for (int64_t m0 = 0; m0 < M; m0 += 2) {
+        float* ac = acc + m0 * 8 * 16;
+        if (M - m0 >= 2) {
+          if constexpr (Q6) q6k16_super<2>(a, m0, sbp, sI, ns, ac);
+          else q4k16_super<2>(a, m0, sbp, sI, ns, ac);
+        } else {
+          if constexpr (Q6) q6k16_super<1>(a, m0, sbp, sI, ns, ac);
+          else q4k16_super<1>(a, m0, sbp, sI, ns, ac);
+        }
+      }
+    }
+    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out, a.pair);
+  }
+}
+
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 inline __m256 abs_ps(__m256 v) {
@@ -432,6 +604,16 @@ void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
       default: return;
     }
   });
+}
+
+void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for((w.n_out + 15) / 16,
+                    [&](int64_t t0, int64_t t1, int) { k16_tiles<false>(a, M, w, y, t0, t1); });
+}
+
+void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  pool.parallel_for((w.n_out + 15) / 16,
+                    [&](int64_t t0, int64_t t1, int) { k16_tiles<true>(a, M, w, y, t0, t1); });
 }
 
 void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
