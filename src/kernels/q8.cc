@@ -1,5 +1,5 @@
 // Q8 weights (ops.h kPackedQ8): load-time quantization, activation quantization and the
-// portable matmul; the AVX-512 VNNI kernel is in cpu/q8_avx512.cc.
+// portable matmul; the AVX-512 VNNI kernel is in cpu/q8_avx512.cc, the AVX2 one in cpu/q8_avx2.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -126,6 +126,11 @@ void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, 
       cpu::amx::matmul_q8(a, n_rows, w, y, pool);  // same bits as the VNNI kernel
     else
       cpu::avx512::matmul_q8(a, n_rows, w, y, pool);
+    return;
+  }
+  if (isa == IsaLevel::kAvx2) {  // cpu/q8_avx2.cc: the same bits
+    cpu::avx2::quantize_act_q8(x, n_rows, w.n_in, qbuf.data(), dbuf.data(), cbuf.data());
+    cpu::avx2::matmul_q8(a, n_rows, w, y, pool);
     return;
   }
   quantize_act_portable(x, n_rows, w.n_in, qbuf.data(), dbuf.data(), cbuf.data());

@@ -169,6 +169,10 @@ void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t*
                        int32_t* s16, int32_t* s32);
 void ggml_act_residual(const float* x, const int8_t* q, const float* d, int64_t M, int64_t K,
                        int64_t ab, float* r);
+// Q8 (ops.h kPackedQ8) and its activation quantization, the bits of the avx512:: ones
+// (cpu/q8_avx2.cc).
+void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, int32_t* c);
 // The element-wise ops of the avx512:: names above on 8 lanes (cpu/elementwise_avx2.cc).
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
