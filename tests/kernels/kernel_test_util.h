@@ -45,12 +45,8 @@ inline std::vector<IsaLevel> isa_levels() {
   return v;
 }
 
-// Attention has no AVX2 kernel (AVX2 runs the portable one): scalar and the best level.
-inline std::vector<IsaLevel> attention_levels() {
-  std::vector<IsaLevel> v{IsaLevel::kScalar};
-  if (cpu_isa() == IsaLevel::kAvx512) v.push_back(IsaLevel::kAvx512);
-  return v;
-}
+// Attention kernels: portable, AVX2 (fp32 KV; bf16 KV runs the portable one there), AVX-512.
+inline std::vector<IsaLevel> attention_levels() { return isa_levels(); }
 
 // Sets the ISA cap for one scope.
 struct IsaScope {

@@ -173,6 +173,12 @@ void ggml_act_residual(const float* x, const int8_t* q, const float* d, int64_t 
 // (cpu/q8_avx2.cc).
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, int32_t* c);
+// Attention over fp32 KV pages (cpu/attention_avx2.cc: per row, online softmax over blocks of
+// 8 logical slots; batch, paging and thread invariant). work: attention_work_floats(p,
+// pool.n_threads()) floats.
+int64_t attention_work_floats(const AttnParams& p, int n_threads);
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out, ThreadPool& pool, float* work);
 // The element-wise ops of the avx512:: names above on 8 lanes (cpu/elementwise_avx2.cc).
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,

@@ -1,0 +1,116 @@
+// AVX2 attention over fp32 KV pages, for machines without AVX-512 (ops.h attention contract).
+// Per (query row, head), online softmax over the cache slots in blocks of 8 LOGICAL slots
+// (slot j is row j % page_slots of page j / page_slots, so the blocks and every operation are
+// the same for any paging of the same slots):
+//   1. s_t = (q · k_t) · scale for the block's visible slots t (8-lane fma over d, one fixed
+//      reduction tree); invisible ones are skipped (their K/V may be garbage);
+//   2. m' = max(m, max_t s_t); c = e^(m − m') (0 while m = −inf); p_t = e^(s_t − m');
+//   3. l = l·c + Σ_t p_t (t in slot order); acc = acc·c, then acc = fma(p_t, v_t, acc) per
+//      visible t in slot order;
+//   out = acc / l (0 where no key and no sink was visible). A sink starts m at its logit with
+// l = 1 (an extra key with a zero value). Each row depends on its own data only: the same bits
+// for any batch, split over the pool or thread count.
+#include <immintrin.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dfl::cpu::avx2 {
+
+namespace {
+
+// The rule of kernels/visibility.h (kv_visible), restated here: ISA files share no inline code
+// with baseline ones.
+inline bool visible(int32_t q, int32_t k, Window w) {
+  if (k < 0) return false;
+  if (w.left >= 0 && q - k > w.left) return false;
+  if (w.right >= 0 && k - q > w.right) return false;
+  return true;
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float dot(const float* a, const float* b, int32_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int32_t d = 0;
+  for (; d + 16 <= n; d += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), s1);
+  }
+  if (d + 8 <= n) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), s0);
+    d += 8;
+  }
+  float r = hsum(_mm256_add_ps(s0, s1));
+  for (; d < n; ++d) r = __builtin_fmaf(a[d], b[d], r);
+  return r;
+}
+
+void row(const float* qv, int32_t qpos, const KvPages& kv, const AttnParams& p, int32_t h,
+         float* acc, float* o) {
+  const int32_t kvh = h / (p.n_heads / p.n_kv_heads), dv = p.d_v;
+  float m = p.sinks ? p.sinks[h] : -__builtin_inff();
+  float l = p.sinks ? 1.0f : 0.0f;
+  for (int32_t d = 0; d < dv; ++d) acc[d] = 0.0f;
+  for (int64_t j0 = 0; j0 < kv.n_slots; j0 += 8) {
+    const float* vrow[8];
+    float s[8];
+    int n = 0;
+    for (int64_t j = j0; j < j0 + 8 && j < kv.n_slots; ++j) {
+      const int64_t page = j / kv.page_slots, r = j % kv.page_slots;
+      if (!visible(qpos, kv.pos[page][r], p.window)) continue;
+      const float* kr = kv.k[page] + (r * p.n_kv_heads + kvh) * p.d_qk;
+      vrow[n] = kv.v[page] + (r * p.n_kv_heads + kvh) * dv;
+      s[n++] = dot(qv, kr, p.d_qk) * p.scale;
+    }
+    if (n == 0) continue;
+    float mb = s[0];
+    for (int t = 1; t < n; ++t) mb = s[t] > mb ? s[t] : mb;
+    const float mn = mb > m ? mb : m;
+    const float c = m == -__builtin_inff() ? 0.0f : __builtin_expf(m - mn);
+    l = l * c;
+    for (int t = 0; t < n; ++t) {
+      s[t] = __builtin_expf(s[t] - mn);
+      l += s[t];
+    }
+    m = mn;
+    const __m256 cv = _mm256_set1_ps(c);
+    int32_t d = 0;
+    for (; d + 8 <= dv; d += 8) {
+      __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + d), cv);
+      for (int t = 0; t < n; ++t) a = _mm256_fmadd_ps(_mm256_set1_ps(s[t]), _mm256_loadu_ps(vrow[t] + d), a);
+      _mm256_storeu_ps(acc + d, a);
+    }
+    for (; d < dv; ++d) {
+      float a = acc[d] * c;
+      for (int t = 0; t < n; ++t) a = __builtin_fmaf(s[t], vrow[t][d], a);
+      acc[d] = a;
+    }
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int32_t d = 0; d < dv; ++d) o[d] = acc[d] * inv;
+}
+
+}  // namespace
+
+int64_t attention_work_floats(const AttnParams& p, int n_threads) {
+  return static_cast<int64_t>(n_threads) * p.d_v;
+}
+
+void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+               const AttnParams& p, float* out, ThreadPool& pool, float* work) {
+  pool.parallel_for(n_q * p.n_heads, [&](int64_t b, int64_t e, int tid) {
+    float* acc = work + static_cast<int64_t>(tid) * p.d_v;
+    for (int64_t qh = b; qh < e; ++qh) {
+      const int64_t i = qh / p.n_heads;
+      const int32_t h = static_cast<int32_t>(qh % p.n_heads);
+      row(q + qh * p.d_qk, q_pos[i], kv, p, h, acc, out + qh * p.d_v);
+    }
+  });
+}
+
+}  // namespace dfl::cpu::avx2
