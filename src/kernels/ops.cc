@@ -410,7 +410,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
                            scratch(pos, static_cast<size_t>(n_kv)));
     return;
   }
-  if (cpu_isa() == IsaLevel::kAvx2 && kv.dtype == KvDtype::kF32) {
+  if (cpu_isa() == IsaLevel::kAvx2) {
     thread_local std::vector<float> buf;
     const int64_t n = cpu::avx2::attention_work_floats(p, pool.n_threads());
     cpu::avx2::attention(q, q_pos, n_q, kv, p, out, pool, scratch(buf, static_cast<size_t>(n)));

@@ -45,7 +45,7 @@ inline std::vector<IsaLevel> isa_levels() {
   return v;
 }
 
-// Attention kernels: portable, AVX2 (fp32 KV; bf16 KV runs the portable one there), AVX-512.
+// Attention kernels: portable, AVX2, AVX-512.
 inline std::vector<IsaLevel> attention_levels() { return isa_levels(); }
 
 // Sets the ISA cap for one scope.

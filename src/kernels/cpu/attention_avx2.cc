@@ -1,4 +1,5 @@
-// AVX2 attention over fp32 KV pages, for machines without AVX-512 (ops.h attention contract).
+// AVX2 attention over KV pages (fp32, or bf16 widened exactly row by row: the same arithmetic on
+// the same values), for machines without AVX-512 (ops.h attention contract).
 // Per (query row, head), online softmax over the cache slots in blocks of 8 LOGICAL slots
 // (slot j is row j % page_slots of page j / page_slots, so the blocks and every operation are
 // the same for any paging of the same slots):
@@ -50,9 +51,39 @@ inline float dot(const float* a, const float* b, int32_t n) {
   return r;
 }
 
+// bf16 → fp32 (exact) of n values at p (k rows: contiguous).
+void widen_k(const uint16_t* p, int32_t n, float* out) {
+  int32_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    _mm256_storeu_ps(out + d, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                  _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + d))), 16)));
+  for (; d < n; ++d) {
+    const uint32_t b = static_cast<uint32_t>(p[d]) << 16;
+    __builtin_memcpy(out + d, &b, 4);
+  }
+}
+
+// The V row of a bf16 page (ops.h kv_bf16_v_index: dims 2 apart; p points at dim 0 of the row):
+// each 32-bit word holds the even row in its low half, the odd row in its high half.
+void widen_v(const uint16_t* p, int32_t n, bool odd, float* out) {
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const uint16_t* pair = p - (odd ? 1 : 0);
+  int32_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair + 2 * d));
+    _mm256_storeu_ps(out + d, _mm256_castsi256_ps(odd ? _mm256_and_si256(w, hi) : _mm256_slli_epi32(w, 16)));
+  }
+  for (; d < n; ++d) {
+    const uint32_t b = static_cast<uint32_t>(p[2 * d]) << 16;
+    __builtin_memcpy(out + d, &b, 4);
+  }
+}
+
+// acc: d_v floats; kbuf: d_qk, vbuf: 8 · d_v (bf16 pages: the widened rows).
 void row(const float* qv, int32_t qpos, const KvPages& kv, const AttnParams& p, int32_t h,
-         float* acc, float* o) {
+         float* acc, float* kbuf, float* vbuf, float* o) {
   const int32_t kvh = h / (p.n_heads / p.n_kv_heads), dv = p.d_v;
+  const bool bf16 = kv.dtype == KvDtype::kBF16;
   float m = p.sinks ? p.sinks[h] : -__builtin_inff();
   float l = p.sinks ? 1.0f : 0.0f;
   for (int32_t d = 0; d < dv; ++d) acc[d] = 0.0f;
@@ -63,8 +94,18 @@ void row(const float* qv, int32_t qpos, const KvPages& kv, const AttnParams& p, 
     for (int64_t j = j0; j < j0 + 8 && j < kv.n_slots; ++j) {
       const int64_t page = j / kv.page_slots, r = j % kv.page_slots;
       if (!visible(qpos, kv.pos[page][r], p.window)) continue;
-      const float* kr = kv.k[page] + (r * p.n_kv_heads + kvh) * p.d_qk;
-      vrow[n] = kv.v[page] + (r * p.n_kv_heads + kvh) * dv;
+      const float* kr;
+      if (bf16) {
+        const int64_t ps = kv.page_slots;
+        widen_k(kv.k16[page] + (kvh * ps + r) * p.d_qk, p.d_qk, kbuf);
+        widen_v(kv.v16[page] + (kvh * ps + (r & ~int64_t(1))) * dv + (r & 1), dv, (r & 1) != 0,
+                vbuf + n * dv);
+        kr = kbuf;
+        vrow[n] = vbuf + n * dv;
+      } else {
+        kr = kv.k[page] + (r * p.n_kv_heads + kvh) * p.d_qk;
+        vrow[n] = kv.v[page] + (r * p.n_kv_heads + kvh) * dv;
+      }
       s[n++] = dot(qv, kr, p.d_qk) * p.scale;
     }
     if (n == 0) continue;
@@ -98,17 +139,19 @@ void row(const float* qv, int32_t qpos, const KvPages& kv, const AttnParams& p, 
 }  // namespace
 
 int64_t attention_work_floats(const AttnParams& p, int n_threads) {
-  return static_cast<int64_t>(n_threads) * p.d_v;
+  return static_cast<int64_t>(n_threads) * (9 * p.d_v + p.d_qk);
 }
 
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool, float* work) {
   pool.parallel_for(n_q * p.n_heads, [&](int64_t b, int64_t e, int tid) {
-    float* acc = work + static_cast<int64_t>(tid) * p.d_v;
+    float* acc = work + static_cast<int64_t>(tid) * (9 * p.d_v + p.d_qk);
+    float* vbuf = acc + p.d_v;
+    float* kbuf = vbuf + 8 * p.d_v;
     for (int64_t qh = b; qh < e; ++qh) {
       const int64_t i = qh / p.n_heads;
       const int32_t h = static_cast<int32_t>(qh % p.n_heads);
-      row(q + qh * p.d_qk, q_pos[i], kv, p, h, acc, out + qh * p.d_v);
+      row(q + qh * p.d_qk, q_pos[i], kv, p, h, acc, kbuf, vbuf, out + qh * p.d_v);
     }
   });
 }

@@ -173,8 +173,9 @@ void ggml_act_residual(const float* x, const int8_t* q, const float* d, int64_t 
 // (cpu/q8_avx2.cc).
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, int32_t* c);
-// Attention over fp32 KV pages (cpu/attention_avx2.cc: per row, online softmax over blocks of
-// 8 logical slots; batch, paging and thread invariant). work: attention_work_floats(p,
+// Attention over fp32 or bf16 KV pages (cpu/attention_avx2.cc: per row, online softmax over
+// blocks of 8 logical slots; batch, paging and thread invariant; bf16 widened exactly, so the
+// bits of the fp32 pages holding the same values). work: attention_work_floats(p,
 // pool.n_threads()) floats.
 int64_t attention_work_floats(const AttnParams& p, int n_threads);
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
