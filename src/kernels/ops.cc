@@ -124,11 +124,12 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
   } else if (isa == IsaLevel::kAvx512 && fp32w) {
     cpu::avx512::matmul_fp32w(x, n_rows, w, y, pool);
   } else if (isa == IsaLevel::kAvx2 && (fp32w || w.dtype == DType::kBF16)) {
-    thread_local std::vector<float> xp;
+    thread_local std::vector<float> xp, wbuf;
     const int64_t Kp = (w.n_in + 7) / 8 * 8;
     // +8: with F8 scale blocks not a multiple of 8 wide, the last 8-wide step may start past
     // Kp - 8 (its extra lanes are masked to zero, but they are loaded).
-    cpu::avx2::matmul_fp32w(x, n_rows, w, y, pool, scratch(xp, n_rows * Kp + 8));
+    cpu::avx2::matmul_fp32w(x, n_rows, w, y, pool, scratch(xp, n_rows * Kp + 8),
+                            scratch(wbuf, static_cast<size_t>(pool.n_threads() * 4 * Kp + 8)));
   } else {
     matmul_portable(x, n_rows, w, y, pool);
   }

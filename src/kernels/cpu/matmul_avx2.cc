@@ -3,7 +3,8 @@
 // fp32 activations. Same tiling and batch-invariance argument as matmul_avx512.cc: 4 weight
 // rows per tile, MR ≤ 3 activation rows per micro-kernel, one accumulator per output, one
 // reduce4() tree for every output. K tails: x is a zero-padded copy; the weight tail is copied
-// into a zero-padded stack buffer.
+// into a zero-padded stack buffer. With more than one row block over BF16 / F16 weights, each
+// tile's 4 rows are widened to fp32 once into per-thread scratch (exact: the same values).
 #include <immintrin.h>
 
 #include <cstring>
@@ -47,19 +48,24 @@ inline __m256 load_w8(const void* p, DType dt) {
   }
 }
 
+// widened (BF16 / F16 weights, several row blocks): the tile's kNR weight rows already widened
+// to fp32 (row j at widened + j * ldw), read instead of w's (the same values, so the same bits).
 template <int MR>
 void tile(const float* xp, int64_t ldx, const WeightMatrix& w, int64_t esz, int64_t n0,
-          int64_t n_valid, float* y, int64_t ldy) {
+          int64_t n_valid, float* y, int64_t ldy, const float* widened, int64_t ldw) {
   const int64_t K = w.n_in;
   const bool f8 = w.dtype == DType::kF8E4M3;
+  const DType dt = widened ? DType::kF32 : w.dtype;
   const char* wr[kNR];
   const float* srow[kNR] = {nullptr, nullptr, nullptr, nullptr};
   const int64_t grid_cols = f8 ? (K + w.scale_block_in - 1) / w.scale_block_in : 0;
   for (int j = 0; j < kNR; ++j) {
     const int64_t n = n0 + imin(j, n_valid - 1);
-    wr[j] = static_cast<const char*>(w.data) + n * K * esz;
+    wr[j] = widened ? reinterpret_cast<const char*>(widened + imin(j, n_valid - 1) * ldw)
+                    : static_cast<const char*>(w.data) + n * K * esz;
     if (f8 && w.scale) srow[j] = w.scale + (n / w.scale_block_out) * grid_cols;
   }
+  if (widened) esz = 4;
   __m256 acc[MR][kNR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < kNR; ++j) acc[i][j] = _mm256_setzero_ps();
@@ -74,18 +80,26 @@ void tile(const float* xp, int64_t ldx, const WeightMatrix& w, int64_t esz, int6
     for (int64_t k = kb; k < ke; k += 8) {
       __m256 wv[kNR];
       if (k + 8 <= ke) {
-        for (int j = 0; j < kNR; ++j) wv[j] = load_w8(wr[j] + k * esz, w.dtype);
+        for (int j = 0; j < kNR; ++j) wv[j] = load_w8(wr[j] + k * esz, dt);
       } else {
         for (int j = 0; j < kNR; ++j) {
           std::memset(tail[j], 0, sizeof(tail[j]));
           std::memcpy(tail[j], wr[j] + k * esz, (ke - k) * esz);
-          wv[j] = load_w8(tail[j], w.dtype);
+          wv[j] = load_w8(tail[j], dt);
         }
       }
       if (f8)
         for (int j = 0; j < kNR; ++j) wv[j] = _mm256_mul_ps(wv[j], sc[j]);
       // x beyond ke inside this 8-chunk is either the next scale block or zero padding: mask it.
+      // (A whole 8-chunk needs no mask: and-ing with all ones changes no bit.)
       const int64_t valid = imin(8, ke - k);
+      if (valid == 8) {
+        for (int i = 0; i < MR; ++i) {
+          const __m256 xv = _mm256_loadu_ps(xp + i * ldx + k);
+          for (int j = 0; j < kNR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+        continue;
+      }
       const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
       const __m256 xm = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), lanes));
       for (int i = 0; i < MR; ++i) {
@@ -104,7 +118,7 @@ void tile(const float* xp, int64_t ldx, const WeightMatrix& w, int64_t esz, int6
 }  // namespace
 
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
-                  float* xp) {
+                  float* xp, float* wbuf) {
   const int64_t N = w.n_out, K = w.n_in;
   const int64_t Kp = (K + 7) / 8 * 8;
   for (int64_t m = 0; m < M; ++m) {
@@ -113,18 +127,35 @@ void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, Th
   }
   const int64_t esz = w.dtype == DType::kF32 ? 4 : w.dtype == DType::kF8E4M3 ? 1 : 2;
   const int64_t n_tiles = (N + kNR - 1) / kNR;
+  // Several row blocks over BF16 / F16 weights: widen the tile's rows once (per thread) instead
+  // of once per row block.
+  const bool widen = M > kMR && (w.dtype == DType::kBF16 || w.dtype == DType::kF16);
   pool.parallel_for(
       n_tiles,
-      [&](int64_t t0, int64_t t1, int) {
+      [&](int64_t t0, int64_t t1, int tid) {
+        float* wt = widen ? wbuf + static_cast<int64_t>(tid) * kNR * Kp : nullptr;
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t n0 = t * kNR, nv = imin(kNR, N - n0);
+          if (widen) {
+            for (int64_t j = 0; j < nv; ++j) {
+              const char* src = static_cast<const char*>(w.data) + (n0 + j) * K * esz;
+              float* dst = wt + j * Kp;
+              int64_t k = 0;
+              for (; k + 8 <= K; k += 8) _mm256_storeu_ps(dst + k, load_w8(src + k * esz, w.dtype));
+              if (k < K) {
+                alignas(32) unsigned char tl[32] = {};
+                std::memcpy(tl, src + k * esz, (K - k) * esz);
+                _mm256_storeu_ps(dst + k, load_w8(tl, w.dtype));
+              }
+            }
+          }
           for (int64_t m0 = 0; m0 < M; m0 += kMR) {
             const float* xr = xp + m0 * Kp;
             float* yr = y + m0 * N + n0;
             switch (imin(kMR, M - m0)) {
-              case 1: tile<1>(xr, Kp, w, esz, n0, nv, yr, N); break;
-              case 2: tile<2>(xr, Kp, w, esz, n0, nv, yr, N); break;
-              default: tile<3>(xr, Kp, w, esz, n0, nv, yr, N); break;
+              case 1: tile<1>(xr, Kp, w, esz, n0, nv, yr, N, wt, Kp); break;
+              case 2: tile<2>(xr, Kp, w, esz, n0, nv, yr, N, wt, Kp); break;
+              default: tile<3>(xr, Kp, w, esz, n0, nv, yr, N, wt, Kp); break;
             }
           }
         }
