@@ -360,27 +360,6 @@ void store_lane_sums(const float* acc, int64_t M, int64_t n_valid, float* y, int
   }
 }
 
-template <int T>
-void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1) {
-  const int64_t nb = w.n_in / 32, BB = kQ32Qs<T> + kQ32Qh<T> + 64;
-  alignas(32) float acc[kGgmlRowChunk * 8 * 16];
-  for (int64_t t = t0; t < t1; ++t) {
-    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * nb * BB;
-    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* bp = tile + b * BB;
-      for (int64_t m0 = 0; m0 < M; m0 += 2) {
-        float* ac = acc + m0 * 8 * 16;
-        if (M - m0 >= 2)
-          q32x16_block<T, 2>(a, m0, bp, b, ac);
-        else
-          q32x16_block<T, 1>(a, m0, bp, b, ac);
-      }
-    }
-    store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out, a.pair);
-  }
-}
-
 // ---- Q4_K / Q6_K in the kPackedQ4K16 / kPackedQ6K16 layouts (cpu/ggml_avx512.cc states them) --
 // Outputs in the lanes as above (two halves of 8 per tile). The integer scales are applied by
 // vpmaddwd on s16 sums, so no 32-bit multiplies: Q4_K sums its 8 vpmaddubsw of a sub-block in
@@ -529,24 +508,44 @@ void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
   }
 }
 
-template <bool Q6>
-void k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1) {
-  const int64_t ns = w.n_in / 256, SB = Q6 ? kQ6K16SuperBytes : kQ4K16SuperBytes;
+// The kernels of the packed layouts behind one driver: run<MR>(a, m0, block, b, n_blocks, acc)
+// adds rows m0 .. m0 + MR − 1 of block b into acc.
+template <int T>
+struct Q32Kernel {
+  template <int MR>
+  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t, float* acc) {
+    q32x16_block<T, MR>(a, m0, bp, b, acc);
+  }
+};
+struct Q4KKernel {
+  template <int MR>
+  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, float* acc) {
+    q4k16_super<MR>(a, m0, bp, b, nb, acc);
+  }
+};
+struct Q6KKernel {
+  template <int MR>
+  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, float* acc) {
+    q6k16_super<MR>(a, m0, bp, b, nb, acc);
+  }
+};
+
+// 16-output tiles [t0, t1) of a packed weight of nb blocks of BB bytes per tile: every block
+// once for all M rows, in row pairs (4 rows spill registers: slower).
+template <class Kernel>
+void packed_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1,
+                  int64_t nb, int64_t BB) {
   alignas(32) float acc[kGgmlRowChunk * 8 * 16];
   for (int64_t t = t0; t < t1; ++t) {
-    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * ns * SB;
+    const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * nb * BB;
     for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
-    for (int64_t sI = 0; sI < ns; ++sI) {
-      const uint8_t* sbp = tile + sI * SB;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* bp = tile + b * BB;
       for (int64_t m0 = 0; m0 < M; m0 += 2) {
-        float* ac = acc + m0 * 8 * 16;
-        if (M - m0 >= 2) {
-          if constexpr (Q6) q6k16_super<2>(a, m0, sbp, sI, ns, ac);
-          else q4k16_super<2>(a, m0, sbp, sI, ns, ac);
-        } else {
-          if constexpr (Q6) q6k16_super<1>(a, m0, sbp, sI, ns, ac);
-          else q4k16_super<1>(a, m0, sbp, sI, ns, ac);
-        }
+        if (M - m0 >= 2)
+          Kernel::template run<2>(a, m0, bp, b, nb, acc + m0 * 8 * 16);
+        else
+          Kernel::template run<1>(a, m0, bp, b, nb, acc + m0 * 8 * 16);
       }
     }
     store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out, a.pair);
@@ -596,24 +595,30 @@ void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, T
 }
 
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
+  const int64_t nb = w.n_in / 32;
   pool.parallel_for((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
     switch (w.dtype) {
-      case DType::kQ8_0: return q32x16_tiles<kQ80>(a, M, w, y, t0, t1);
-      case DType::kQ5_0: return q32x16_tiles<kQ50>(a, M, w, y, t0, t1);
-      case DType::kQ4_0: return q32x16_tiles<kQ40>(a, M, w, y, t0, t1);
+      case DType::kQ8_0:
+        return packed_tiles<Q32Kernel<kQ80>>(a, M, w, y, t0, t1, nb, kQ32Qs<kQ80> + kQ32Qh<kQ80> + 64);
+      case DType::kQ5_0:
+        return packed_tiles<Q32Kernel<kQ50>>(a, M, w, y, t0, t1, nb, kQ32Qs<kQ50> + kQ32Qh<kQ50> + 64);
+      case DType::kQ4_0:
+        return packed_tiles<Q32Kernel<kQ40>>(a, M, w, y, t0, t1, nb, kQ32Qs<kQ40> + kQ32Qh<kQ40> + 64);
       default: return;
     }
   });
 }
 
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
-  pool.parallel_for((w.n_out + 15) / 16,
-                    [&](int64_t t0, int64_t t1, int) { k16_tiles<false>(a, M, w, y, t0, t1); });
+  pool.parallel_for((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
+    packed_tiles<Q4KKernel>(a, M, w, y, t0, t1, w.n_in / 256, kQ4K16SuperBytes);
+  });
 }
 
 void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
-  pool.parallel_for((w.n_out + 15) / 16,
-                    [&](int64_t t0, int64_t t1, int) { k16_tiles<true>(a, M, w, y, t0, t1); });
+  pool.parallel_for((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
+    packed_tiles<Q6KKernel>(a, M, w, y, t0, t1, w.n_in / 256, kQ6K16SuperBytes);
+  });
 }
 
 void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
