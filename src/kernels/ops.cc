@@ -129,7 +129,8 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     // +8: with F8 scale blocks not a multiple of 8 wide, the last 8-wide step may start past
     // Kp - 8 (its extra lanes are masked to zero, but they are loaded).
     cpu::avx2::matmul_fp32w(x, n_rows, w, y, pool, scratch(xp, n_rows * Kp + 8),
-                            scratch(wbuf, static_cast<size_t>(pool.n_threads() * 4 * Kp + 8)));
+                            scratch(wbuf, static_cast<size_t>(cpu::avx2::fp32w_widen_floats(
+                                              n_rows, w, pool.n_threads()) + 8)));
   } else {
     matmul_portable(x, n_rows, w, y, pool);
   }

@@ -269,7 +269,7 @@ inline void update_o(float* orow, __m512 t, bool rescale, float corr) {
   _mm512_store_ps(orow, rescale ? _mm512_fmadd_ps(prev, _mm512_set1_ps(corr), t) : _mm512_add_ps(prev, t));
 }
 
-int64_t work_floats(const AttnParams& p, int64_t n_kv, int n_threads) {
+[[maybe_unused]] int64_t work_floats(const AttnParams& p, int64_t n_kv, int n_threads) {
   const Shape s = shape_of(p, n_kv);
   return task_scratch_floats(s) * n_threads + (s.k_tiles() + s.v_tiles()) * kTile / 2 + 16;
 }

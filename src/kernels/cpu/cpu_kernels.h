@@ -154,8 +154,9 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
 }  // namespace amx
 
 namespace avx2 {
-// x: [M, K] fp32; xp: scratch for M * round_up(K, 8) fp32 (zero-padded copy of x); wbuf: for
-// M > 3 with BF16 / F16 weights, pool.n_threads() * 4 * round_up(K, 8) fp32 (else unused).
+// x: [M, K] fp32; xp: scratch for M * round_up(K, 8) fp32 (zero-padded copy of x); wbuf:
+// fp32w_widen_floats(M, w, pool.n_threads()) fp32 (the widened weight rows; 0: unused).
+int64_t fp32w_widen_floats(int64_t M, const WeightMatrix& w, int n_threads);
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                   float* xp, float* wbuf);
 // The GGML int8 kernels and activation quantization on AVX2 (cpu/ggml_avx2.cc): the contracts

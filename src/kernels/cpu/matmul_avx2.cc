@@ -117,6 +117,11 @@ void tile(const float* xp, int64_t ldx, const WeightMatrix& w, int64_t esz, int6
 
 }  // namespace
 
+int64_t fp32w_widen_floats(int64_t M, const WeightMatrix& w, int n_threads) {
+  if (M <= kMR || (w.dtype != DType::kBF16 && w.dtype != DType::kF16)) return 0;
+  return static_cast<int64_t>(n_threads) * kNR * ((w.n_in + 7) / 8 * 8);
+}
+
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                   float* xp, float* wbuf) {
   const int64_t N = w.n_out, K = w.n_in;
@@ -129,7 +134,7 @@ void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, Th
   const int64_t n_tiles = (N + kNR - 1) / kNR;
   // Several row blocks over BF16 / F16 weights: widen the tile's rows once (per thread) instead
   // of once per row block.
-  const bool widen = M > kMR && (w.dtype == DType::kBF16 || w.dtype == DType::kF16);
+  const bool widen = fp32w_widen_floats(M, w, 1) > 0;
   pool.parallel_for(
       n_tiles,
       [&](int64_t t0, int64_t t1, int tid) {
