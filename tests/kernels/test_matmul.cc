@@ -280,15 +280,20 @@ TEST(Matmul, Q8SameBitsOnEveryIsaLevelAndLayoutRoundTrips) {
         const float d = tq.q8.d[((n / kQ8TileN) * nb + k / kQ8Block) * kQ8TileN + n % kQ8TileN];
         ASSERT_LE(std::fabs(w - wq), 0.5f * d * 1.0001f) << "n=" << n << " k=" << k;
       }
-    const auto x = randn(M * K, 5);
-    std::vector<std::vector<float>> ys;
-    for (IsaLevel isa : test::isa_levels()) {
-      test::IsaScope scope(isa);
-      ys.emplace_back(M * N);
-      ops::matmul(x.data(), M, tq.w, ys.back().data(), pool);
+    // M up to 40 rows: the register micro-kernel (M ≤ 8, M > 32) and the block-outer one
+    // (8 < M ≤ 32, accumulators in memory) on the AVX-512 level.
+    const int64_t Mmax = 40;
+    const auto x = randn(Mmax * K, 5);
+    for (int64_t Mr : {M, int64_t(1), int64_t(8), int64_t(16), int64_t(31), int64_t(32), Mmax}) {
+      std::vector<std::vector<float>> ys;
+      for (IsaLevel isa : test::isa_levels()) {
+        test::IsaScope scope(isa);
+        ys.emplace_back(Mr * N);
+        ops::matmul(x.data(), Mr, tq.w, ys.back().data(), pool);
+      }
+      for (size_t l = 1; l < ys.size(); ++l)
+        ASSERT_EQ(0, std::memcmp(ys[0].data(), ys[l].data(), Mr * N * 4)) << "level " << l << " N=" << N << " M=" << Mr;
     }
-    for (size_t l = 1; l < ys.size(); ++l)
-      ASSERT_EQ(0, std::memcmp(ys[0].data(), ys[l].data(), M * N * 4)) << "level " << l << " N=" << N;
   }
 }
 
