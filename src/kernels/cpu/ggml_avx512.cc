@@ -336,6 +336,7 @@ void q4k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, i
     for (int64_t s = 0; s < ns; ++s) {
       const uint8_t* sb = tile + s * kQ4K16SuperBytes;
       prefetch_lines(sb + kPrefetchSupers * kQ4K16SuperBytes, kQ4K16SuperBytes);
+      prefetch_lines_l2(sb, kQ4K16SuperBytes);
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         float* ac = acc + m0 * 8 * 16;
         switch (imin(4, M - m0)) {
@@ -568,6 +569,7 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* bp = tile + b * BB;
       prefetch_lines(bp + kPrefetchBlocks32 * BB, BB);
+      prefetch_lines_l2(bp, BB);
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         float* ac = acc + m0 * 8 * 16;
         switch (imin(4, M - m0)) {
@@ -652,6 +654,7 @@ void q6k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, i
     for (int64_t s = 0; s < ns; ++s) {
       const uint8_t* sb = tile + s * kQ6K16SuperBytes;
       prefetch_lines(sb + kPrefetchSupers * kQ6K16SuperBytes, kQ6K16SuperBytes);
+      prefetch_lines_l2(sb, kQ6K16SuperBytes);
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         float* ac = acc + m0 * 8 * 16;
         switch (imin(4, M - m0)) {
