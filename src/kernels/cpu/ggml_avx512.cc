@@ -320,7 +320,7 @@ void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
   for (int r = 0; r < MR; ++r) {
     const __m512 dx = _mm512_set1_ps(a.d[(m0 + r) * ns + s]);
     float* ap = acc + (r * 8 + s % 8) * 16;
-    __m512 v = _mm512_loadu_ps(ap);
+    __m512 v = lane_acc(ap, s);
     v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, dx), v);
     v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[r]), _mm512_mul_ps(dmin, dx), v);
     _mm512_storeu_ps(ap, v);
@@ -332,7 +332,7 @@ void q4k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, i
   alignas(64) float acc[kGgmlRowChunk * 8 * 16];
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * ns * kQ4K16SuperBytes;
-    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    zero_unvisited_lanes(acc, M, ns);
     for (int64_t s = 0; s < ns; ++s) {
       const uint8_t* sb = tile + s * kQ4K16SuperBytes;
       prefetch_lines(sb + kPrefetchSupers * kQ4K16SuperBytes, kQ4K16SuperBytes);
@@ -549,7 +549,7 @@ void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, fl
     const __m512i dv = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(corr));
     const __m512 dx = _mm512_set1_ps(a.d[(m0 + r) * nb + b]);
     float* ap = acc + (r * 8 + b % 8) * 16;
-    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(dv), _mm512_mul_ps(d, dx), _mm512_loadu_ps(ap)));
+    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(dv), _mm512_mul_ps(d, dx), lane_acc(ap, b)));
   }
 }
 
@@ -565,7 +565,7 @@ void q32x16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
   alignas(64) float acc[kGgmlRowChunk * 8 * 16];
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * nb * BB;
-    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    zero_unvisited_lanes(acc, M, nb);
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* bp = tile + b * BB;
       prefetch_lines(bp + kPrefetchBlocks32 * BB, BB);
@@ -641,7 +641,7 @@ void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
   for (int r = 0; r < MR; ++r) {
     const __m512 dx = _mm512_set1_ps(a.d[(m0 + r) * ns + s]);
     float* ap = acc + (r * 8 + s % 8) * 16;
-    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, dx), _mm512_loadu_ps(ap)));
+    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, dx), lane_acc(ap, s)));
   }
 }
 
@@ -650,7 +650,7 @@ void q6k16_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, i
   alignas(64) float acc[kGgmlRowChunk * 8 * 16];
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * ns * kQ6K16SuperBytes;
-    for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
+    zero_unvisited_lanes(acc, M, ns);
     for (int64_t s = 0; s < ns; ++s) {
       const uint8_t* sb = tile + s * kQ6K16SuperBytes;
       prefetch_lines(sb + kPrefetchSupers * kQ6K16SuperBytes, kQ6K16SuperBytes);
