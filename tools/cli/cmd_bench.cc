@@ -208,7 +208,9 @@ int cmd_bench(int argc, char** argv) {
     const size_t mib = size_t(args.integer("--bw-mib", 1024));
     note("memory read bandwidth (" + std::to_string(mib) + " MiB)");
     const Stat bw = measure_read_bandwidth(pool, mib << 20, std::max(R, 5));
-    bw_gbs = bw.median;
+    // The roofline is the fastest pass (on a shared machine the median is a pessimistic probe:
+    // neighbours take bandwidth in bursts); the decode part probes again and keeps the best.
+    bw_gbs = bw.max;
     int best_m = 0;
     note("matmul peak");
     const Stat pk = measure_matmul_peak(pool, lo, std::max(R, 5), &best_m);
@@ -218,8 +220,10 @@ int cmd_bench(int argc, char** argv) {
     J["matmul_peak_gflops"] = pk.median;
     J["matmul_peak_spread_pct"] = pk.spread_pct();
     J["matmul_peak_rows"] = best_m;
+    J["bandwidth_best_gbs"] = bw.max;
     rows.push_back({"memory read bandwidth (" + std::to_string(mib) + " MiB, one pass)",
-                    fmt("%.1f GB/s", bw.median), fmt("%.1f%%", bw.spread_pct()), "—"});
+                    fmt("%.1f GB/s", bw.median), fmt("%.1f%%", bw.spread_pct()),
+                    fmt("best pass %.1f GB/s", bw.max)});
     rows.push_back({str("matmul peak (", wname, ", M=", best_m, ", 4096x1024)"),
                     fmt("%.0f GFLOP/s", pk.median), fmt("%.1f%%", pk.spread_pct()), "—"});
   }
@@ -330,6 +334,11 @@ int cmd_bench(int argc, char** argv) {
     J["decode_tok_s"] = r.median;
     J["decode_spread_pct"] = r.spread_pct();
     J["decode_ms_per_token"] = 1e3 / r.median;
+    if (bw_gbs > 0) {  // the same probe right after the decode: the roofline is the best seen
+      const size_t mib = size_t(args.integer("--bw-mib", 1024));
+      bw_gbs = std::max(bw_gbs, measure_read_bandwidth(pool, mib << 20, 5).max);
+      J["bandwidth_best_gbs"] = bw_gbs;
+    }
     const double roof = bw_gbs > 0 ? bw_gbs * 1e9 / bytes_tok : 0;
     if (roof > 0) {
       J["decode_roofline_tok_s"] = roof;
