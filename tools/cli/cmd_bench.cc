@@ -204,8 +204,9 @@ int cmd_bench(int argc, char** argv) {
 
   // ---- machine ---------------------------------------------------------------------------
   double bw_gbs = 0, peak_gflops = 0;
+  const size_t bw_mib = size_t(args.integer("--bw-mib", 1024));
   if (run_part("machine")) {
-    const size_t mib = size_t(args.integer("--bw-mib", 1024));
+    const size_t mib = bw_mib;
     note("memory read bandwidth (" + std::to_string(mib) + " MiB)");
     const Stat bw = measure_read_bandwidth(pool, mib << 20, std::max(R, 5));
     // The roofline is the fastest pass (on a shared machine the median is a pessimistic probe:
@@ -335,8 +336,7 @@ int cmd_bench(int argc, char** argv) {
     J["decode_spread_pct"] = r.spread_pct();
     J["decode_ms_per_token"] = 1e3 / r.median;
     if (bw_gbs > 0) {  // the same probe right after the decode: the roofline is the best seen
-      const size_t mib = size_t(args.integer("--bw-mib", 1024));
-      bw_gbs = std::max(bw_gbs, measure_read_bandwidth(pool, mib << 20, 5).max);
+      bw_gbs = std::max(bw_gbs, measure_read_bandwidth(pool, bw_mib << 20, 5).max);
       J["bandwidth_best_gbs"] = bw_gbs;
     }
     const double roof = bw_gbs > 0 ? bw_gbs * 1e9 / bytes_tok : 0;

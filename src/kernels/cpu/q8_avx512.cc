@@ -17,6 +17,8 @@
 // kernels/q8.cc.
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace dfl::cpu::avx512 {
@@ -42,6 +44,22 @@ inline void prefetch_tile(const uint8_t* wb) {
   for (int l = 0; l < 16; ++l) _mm_prefetch(l2 + 64 * l, _MM_HINT_T1);
 }
 
+// f(std::integral_constant<int, R>) for R = mr rows (1..kMR): the micro-kernels' row count is a
+// template parameter.
+template <class F>
+inline void with_rows(int64_t mr, F&& f) {
+  switch (imin(kMR, mr)) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, kMR>{});
+  }
+}
+
 inline __m512i bcast4(const int8_t* p) { return _mm512_set1_epi32(_mm_cvtsi128_si32(_mm_loadu_si32(p))); }
 
 // Rows m0 .. m0+MR-1 of the activations × one 16-row weight tile column (all blocks).
@@ -58,7 +76,6 @@ void tile_q8(const Q8Act& a, int64_t m0, const uint8_t* wt, const float* dt, int
   for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = wt + b * kTileBytes;
-    const char* pf = reinterpret_cast<const char*>(wb + kPrefetchBlocks * kTileBytes);
     prefetch_tile(wb);
     _mm_prefetch(reinterpret_cast<const char*>(dt + (b + kPrefetchBlocks) * 16), _MM_HINT_T0);
     __m512i s[MR][S];
@@ -119,22 +136,12 @@ void column_q8_block_outer(const Q8Act& a, int64_t M, const uint8_t* wt, const f
   for (int64_t i = 0; i < M * 16; ++i) acc[i] = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = wt + b * kTileBytes;
-    const char* pf = reinterpret_cast<const char*>(wb + kPrefetchBlocks * kTileBytes);
     prefetch_tile(wb);
     _mm_prefetch(reinterpret_cast<const char*>(dt + (b + kPrefetchBlocks) * 16), _MM_HINT_T0);
     for (int64_t m0 = 0; m0 < M; m0 += kMR) {
       float* ac = acc + m0 * 16;
       const float* dw = dt + b * 16;
-      switch (imin(kMR, M - m0)) {
-        case 1: block_q8<1>(a, m0, wb, dw, b, ac); break;
-        case 2: block_q8<2>(a, m0, wb, dw, b, ac); break;
-        case 3: block_q8<3>(a, m0, wb, dw, b, ac); break;
-        case 4: block_q8<4>(a, m0, wb, dw, b, ac); break;
-        case 5: block_q8<5>(a, m0, wb, dw, b, ac); break;
-        case 6: block_q8<6>(a, m0, wb, dw, b, ac); break;
-        case 7: block_q8<7>(a, m0, wb, dw, b, ac); break;
-        default: block_q8<8>(a, m0, wb, dw, b, ac); break;
-      }
+      with_rows(M - m0, [&](auto R) { block_q8<R.value>(a, m0, wb, dw, b, ac); });
     }
   }
   const __mmask16 sm = n_valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << n_valid) - 1);
@@ -190,16 +197,7 @@ void matmul_q8(const Q8Act& a, int64_t M, const WeightMatrix& w, float* y, Threa
           }
           for (int64_t m0 = 0; m0 < M; m0 += kMR) {
             float* yr = y + m0 * N + n0;
-            switch (imin(kMR, M - m0)) {
-              case 1: tile_q8<1>(a, m0, wt, dt, nb, nv, yr, N); break;
-              case 2: tile_q8<2>(a, m0, wt, dt, nb, nv, yr, N); break;
-              case 3: tile_q8<3>(a, m0, wt, dt, nb, nv, yr, N); break;
-              case 4: tile_q8<4>(a, m0, wt, dt, nb, nv, yr, N); break;
-              case 5: tile_q8<5>(a, m0, wt, dt, nb, nv, yr, N); break;
-              case 6: tile_q8<6>(a, m0, wt, dt, nb, nv, yr, N); break;
-              case 7: tile_q8<7>(a, m0, wt, dt, nb, nv, yr, N); break;
-              default: tile_q8<8>(a, m0, wt, dt, nb, nv, yr, N); break;
-            }
+            with_rows(M - m0, [&](auto R) { tile_q8<R.value>(a, m0, wt, dt, nb, nv, yr, N); });
           }
         }
       },
