@@ -39,6 +39,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/ggml_internal.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ggml_ref.h"
 
@@ -73,9 +74,10 @@ void dequantize_rows(const WeightMatrix& w, int64_t row0, int64_t n_rows, float*
 }
 
 namespace ops {
-namespace {
 
 bool is_k_type(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K; }
+
+namespace {
 
 // Kernel calls of at least this many int8 activation rows take AMX-INT8 where it has a kernel
 // for the layout (bench/bench_matmul 'Gemma/': below it the VNNI kernels are as fast).
@@ -181,76 +183,85 @@ int off_of(DType t) {
   }
 }
 
+}  // namespace
+
+float ggml_portable_dot(const cpu::GgmlAct& a, int64_t m, const WeightMatrix& w, int64_t n) {
+  const DType t = w.dtype;
+  const int64_t K = w.n_in, rb = dtype_row_bytes(t, K), bb = dtype_block_bytes(t);
+  const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * rb;
+  const int8_t* xq = a.q + m * (K + 256);
+  const int32_t* s16 = a.s16 + m * (K / 16);
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (!is_k_type(t)) {
+    const float* dx = a.d + m * (K / 32);
+    const int off = off_of(t);
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const uint8_t* blk = row + b * bb;
+      int32_t dot = 0;
+      const int32_t bs = s16[2 * b] + s16[2 * b + 1];
+      if (t == DType::kQ8_0) {  // Σ (u − 128)·q = Σ u·q − 128·Σ q: the same integer
+        const auto* qw = reinterpret_cast<const int8_t*>(blk + 2);
+        for (int i = 0; i < 32; ++i) dot += qw[i] * xq[b * 32 + i];
+      } else {
+        for (int i = 0; i < 32; ++i) dot += u_elem(t, blk, i) * xq[b * 32 + i];
+        dot -= off * bs;
+      }
+      float& l = acc[b % 8];
+      l = std::fma(static_cast<float>(dot), ref::f16_at(blk) * dx[b], l);
+      if (t == DType::kQ4_1 || t == DType::kQ5_1)
+        l = std::fma(static_cast<float>(bs), ref::f16_at(blk + 2) * dx[b], l);
+    }
+  } else {
+    const float* dx = a.d + m * (K / 256);
+    for (int64_t s = 0; s < K / 256; ++s) {
+      const uint8_t* blk = row + s * bb;
+      const int8_t* xs = xq + s * 256;
+      const int32_t* ss = s16 + s * 16;
+      float& l = acc[s % 8];
+      if (t == DType::kQ6_K) {
+        const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+        int32_t isum = 0;
+        for (int j = 0; j < 16; ++j) {
+          int32_t dot = 0;
+          for (int i = 0; i < 16; ++i) {
+            const int e = 16 * j + i, h = e / 128, r = e % 128, g = r / 32, li = r % 32;
+            const int lo = (blk[64 * h + (g % 2) * 32 + li] >> (4 * (g / 2))) & 0xF;
+            const int hi = (blk[128 + 32 * h + li] >> (2 * g)) & 3;
+            dot += (lo | (hi << 4)) * xs[e];
+          }
+          isum += sc[j] * (dot - 32 * ss[j]);
+        }
+        l = std::fma(static_cast<float>(isum), ref::f16_at(blk + 208) * dx[s], l);
+      } else {
+        const uint8_t* qs = blk + (t == DType::kQ4_K ? 16 : 48);
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc, mn;
+          ref::k4_scale_min(blk + 4, j, &sc, &mn);
+          int32_t dot = 0;
+          for (int i = 0; i < 32; ++i) {
+            int u = (qs[(j / 2) * 32 + i] >> (4 * (j % 2))) & 0xF;
+            if (t == DType::kQ5_K) u |= ((blk[16 + i] >> j) & 1) << 4;
+            dot += u * xs[32 * j + i];
+          }
+          isum += sc * dot;
+          msum += mn * (ss[2 * j] + ss[2 * j + 1]);
+        }
+        l = std::fma(static_cast<float>(isum), ref::f16_at(blk) * dx[s], l);
+        l = std::fma(-static_cast<float>(msum), ref::f16_at(blk + 2) * dx[s], l);
+      }
+    }
+  }
+  return reduce8(acc);
+}
+
+namespace {
+
 // Portable kernel: output rows [n0, n1), activation rows [0, M).
 void portable_range(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
                     int64_t n0, int64_t n1) {
-  const DType t = w.dtype;
-  const int64_t K = w.n_in, rb = dtype_row_bytes(t, K), bb = dtype_block_bytes(t);
-  const int64_t ldq = K + 256;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * rb;
-    for (int64_t m = 0; m < M; ++m) {
-      const int8_t* xq = a.q + m * ldq;
-      const int32_t* s16 = a.s16 + m * (K / 16);
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (!is_k_type(t)) {
-        const float* dx = a.d + m * (K / 32);
-        const int off = off_of(t);
-        for (int64_t b = 0; b < K / 32; ++b) {
-          const uint8_t* blk = row + b * bb;
-          int32_t dot = 0;
-          for (int i = 0; i < 32; ++i) dot += u_elem(t, blk, i) * xq[b * 32 + i];
-          const int32_t bs = s16[2 * b] + s16[2 * b + 1];
-          dot -= off * bs;
-          float& l = acc[b % 8];
-          l = std::fma(static_cast<float>(dot), ref::f16_at(blk) * dx[b], l);
-          if (t == DType::kQ4_1 || t == DType::kQ5_1)
-            l = std::fma(static_cast<float>(bs), ref::f16_at(blk + 2) * dx[b], l);
-        }
-      } else {
-        const float* dx = a.d + m * (K / 256);
-        for (int64_t s = 0; s < K / 256; ++s) {
-          const uint8_t* blk = row + s * bb;
-          const int8_t* xs = xq + s * 256;
-          const int32_t* ss = s16 + s * 16;
-          float& l = acc[s % 8];
-          if (t == DType::kQ6_K) {
-            const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
-            int32_t isum = 0;
-            for (int j = 0; j < 16; ++j) {
-              int32_t dot = 0;
-              for (int i = 0; i < 16; ++i) {
-                const int e = 16 * j + i, h = e / 128, r = e % 128, g = r / 32, li = r % 32;
-                const int lo = (blk[64 * h + (g % 2) * 32 + li] >> (4 * (g / 2))) & 0xF;
-                const int hi = (blk[128 + 32 * h + li] >> (2 * g)) & 3;
-                dot += (lo | (hi << 4)) * xs[e];
-              }
-              isum += sc[j] * (dot - 32 * ss[j]);
-            }
-            l = std::fma(static_cast<float>(isum), ref::f16_at(blk + 208) * dx[s], l);
-          } else {
-            const uint8_t* qs = blk + (t == DType::kQ4_K ? 16 : 48);
-            int32_t isum = 0, msum = 0;
-            for (int j = 0; j < 8; ++j) {
-              uint8_t sc, mn;
-              ref::k4_scale_min(blk + 4, j, &sc, &mn);
-              int32_t dot = 0;
-              for (int i = 0; i < 32; ++i) {
-                int u = (qs[(j / 2) * 32 + i] >> (4 * (j % 2))) & 0xF;
-                if (t == DType::kQ5_K) u |= ((blk[16 + i] >> j) & 1) << 4;
-                dot += u * xs[32 * j + i];
-              }
-              isum += sc * dot;
-              msum += mn * (ss[2 * j] + ss[2 * j + 1]);
-            }
-            l = std::fma(static_cast<float>(isum), ref::f16_at(blk) * dx[s], l);
-            l = std::fma(-static_cast<float>(msum), ref::f16_at(blk + 2) * dx[s], l);
-          }
-        }
-      }
-      cpu::put_y(y, w.n_out, m, n, reduce8(acc), a.pair);
-    }
-  }
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t m = 0; m < M; ++m) cpu::put_y(y, w.n_out, m, n, ggml_portable_dot(a, m, w, n), a.pair);
 }
 
 }  // namespace
@@ -315,17 +326,9 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     }
     return;
   }
-  const int64_t ab = is_k_type(w.dtype) ? 256 : 32;
+  const int64_t ab = act_block(w.dtype);
   const bool split = g_act == GgmlActivations::kInt8x2;
-  // AMX-INT8 for calls of at least kGgmlAmxMinRows activation rows (q rows: 2 per x row when
-  // split) on a layout it has a kernel for; the same bits as VNNI, so the choice may depend on M.
-  const bool amx = isa == IsaLevel::kAvx512 &&
-                   (w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ4K16 ||
-                    w.packed_format == kPackedQ6K16) &&
-                   (split ? 2 : 1) * n_rows >=
-                       (is_k_type(w.dtype) ? kGgmlAmxKMinRows : kGgmlAmxMinRows) &&
-                   amx_usable() &&
-                   cpu_features().amx_int8;
+  const bool amx = ggml_amx_for(w, (split ? 2 : 1) * n_rows, isa);
   // Rows per kernel call: kGgmlRowChunk (AMX: kGgmlAmxMaxRows) activation rows (split: half as
   // many x rows, each as its q and q2 rows).
   const int64_t call_rows = amx ? cpu::amx::kGgmlAmxMaxRows : cpu::kGgmlRowChunk;
@@ -333,72 +336,100 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   // AMX tiles load 16 rows: the q rows are padded to a multiple of 16 with zeroed rows.
   const int64_t qrows_used = split ? 2 * std::min(n_rows, chunk) : n_rows;
   const int64_t qrows = amx ? (qrows_used + 15) / 16 * 16 : qrows_used;
-  thread_local std::vector<int8_t> qbuf;
-  thread_local std::vector<float> dbuf, rbuf;
-  thread_local std::vector<int32_t> sbuf, s32buf;
-  auto grow = [](auto& v, int64_t n) {
-    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  };
-  grow(qbuf, qrows * (K + 256));
-  grow(dbuf, qrows * (K / ab));
-  grow(sbuf, qrows * (K / 16));
-  grow(s32buf, qrows * (K / 32));
+  thread_local GgmlActRows act;
+  thread_local std::vector<float> rbuf;
+  act.reserve(qrows, K, ab);
   if (split) {
-    grow(rbuf, chunk * K);
+    if (rbuf.size() < static_cast<size_t>(chunk * K)) rbuf.resize(static_cast<size_t>(chunk * K));
   } else {
-    quantize_rows(x, n_rows, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data(), nullptr,
-                  isa, pool);
+    act.quantize(x, n_rows, 0, nullptr, isa, pool);
   }
-  if (amx)  // the pad rows (never used, but loaded by the tiles): zero once per call
-    std::memset(qbuf.data() + qrows_used * (K + 256), 0,
-                static_cast<size_t>((qrows - qrows_used) * (K + 256)));
+  if (amx) act.zero(qrows_used, qrows - qrows_used);  // never used, but loaded by the tiles
   for (int64_t m0 = 0; m0 < n_rows; m0 += chunk) {
     const int64_t Mx = std::min<int64_t>(chunk, n_rows - m0);
     int64_t M = Mx, q0 = m0;
-    float* ym = y + m0 * w.n_out;
     if (split) {
       // q rows [0, Mx), then the residual's q2 rows [Mx, 2Mx).
-      quantize_rows(x + m0 * K, Mx, K, ab, qbuf.data(), dbuf.data(), sbuf.data(), s32buf.data(),
-                    rbuf.data(), isa, pool);
-      quantize_rows(rbuf.data(), Mx, K, ab, qbuf.data() + Mx * (K + 256),
-                    dbuf.data() + Mx * (K / ab), sbuf.data() + Mx * (K / 16),
-                    s32buf.data() + Mx * (K / 32), nullptr, isa, pool);
+      act.quantize(x + m0 * K, Mx, 0, rbuf.data(), isa, pool);
+      act.quantize(rbuf.data(), Mx, Mx, nullptr, isa, pool);
       M = 2 * Mx;
       q0 = 0;
     }
-    cpu::GgmlAct a;
-    a.q = qbuf.data() + q0 * (K + 256);
-    a.d = dbuf.data() + q0 * (K / ab);
-    a.s16 = sbuf.data() + q0 * (K / 16);
-    a.s32 = s32buf.data() + q0 * (K / 32);
-    a.K = K;
+    cpu::GgmlAct a = act.view(q0);
     a.pair = split ? Mx : 0;  // the kernels add y(q2) into y(q) as they write
-    if (amx && w.packed_format == kPackedQ32x16) {
-      cpu::amx::matmul_q32x16(a, M, w, ym, pool);
-    } else if (amx && w.packed_format == kPackedQ4K16) {
-      cpu::amx::matmul_q4k16(a, M, w, ym, pool);
-    } else if (amx && w.packed_format == kPackedQ6K16) {
-      cpu::amx::matmul_q6k16(a, M, w, ym, pool);
-    } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ4K16) {
-      cpu::avx512::matmul_q4k16(a, M, w, ym, pool);
-    } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ6K16) {
-      cpu::avx512::matmul_q6k16(a, M, w, ym, pool);
-    } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ32x16) {
-      cpu::avx512::matmul_q32x16(a, M, w, ym, pool);
-    } else if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
-      cpu::avx512::matmul_ggml(a, M, w, ym, pool);
-    } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ32x16) {
-      cpu::avx2::matmul_q32x16(a, M, w, ym, pool);
-    } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ4K16) {
-      cpu::avx2::matmul_q4k16(a, M, w, ym, pool);
-    } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ6K16) {
-      cpu::avx2::matmul_q6k16(a, M, w, ym, pool);
-    } else if (isa == IsaLevel::kAvx2 && cpu::avx2::ggml_supported(static_cast<int>(w.dtype))) {
-      cpu::avx2::matmul_ggml(a, M, w, ym, pool);
-    } else {
-      pool.parallel_for(
-          w.n_out, [&](int64_t n0, int64_t n1, int) { portable_range(a, M, w, ym, n0, n1); }, 16);
-    }
+    ggml_kernel(a, M, w, y + m0 * w.n_out, pool, isa, amx);
+  }
+}
+
+void GgmlActRows::reserve(int64_t rows, int64_t k, int64_t block) {
+  K = k;
+  ab = block;
+  auto grow = [](auto& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  };
+  grow(q, rows * (K + 256));
+  grow(d, rows * (K / ab));
+  grow(s16, rows * (K / 16));
+  grow(s32, rows * (K / 32));
+}
+
+void GgmlActRows::quantize(const float* x, int64_t M, int64_t row0, float* resid, IsaLevel isa,
+                           ThreadPool& pool) {
+  quantize_rows(x, M, K, ab, q.data() + row0 * (K + 256), d.data() + row0 * (K / ab),
+                s16.data() + row0 * (K / 16), s32.data() + row0 * (K / 32), resid, isa, pool);
+}
+
+void GgmlActRows::zero(int64_t row0, int64_t n) {
+  std::memset(q.data() + row0 * (K + 256), 0, static_cast<size_t>(n * (K + 256)));
+}
+
+cpu::GgmlAct GgmlActRows::view(int64_t row0) const {
+  cpu::GgmlAct a;
+  a.q = q.data() + row0 * (K + 256);
+  a.d = d.data() + row0 * (K / ab);
+  a.s16 = s16.data() + row0 * (K / 16);
+  a.s32 = s32.data() + row0 * (K / 32);
+  a.K = K;
+  return a;
+}
+
+bool ggml_amx_for(const WeightMatrix& w, int64_t q_rows, IsaLevel isa) {
+  // AMX-INT8 for calls of at least kGgmlAmxMinRows activation rows on a layout it has a kernel
+  // for; the same bits as VNNI, so the choice may depend on M.
+  return isa == IsaLevel::kAvx512 &&
+         (w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ4K16 ||
+          w.packed_format == kPackedQ6K16) &&
+         q_rows >= (is_k_type(w.dtype) ? kGgmlAmxKMinRows : kGgmlAmxMinRows) && amx_usable() &&
+         cpu_features().amx_int8;
+}
+
+void ggml_kernel(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, float* ym,
+                 ThreadPool& pool, IsaLevel isa, bool amx) {
+  if (amx && w.packed_format == kPackedQ32x16) {
+    cpu::amx::matmul_q32x16(a, M, w, ym, pool);
+  } else if (amx && w.packed_format == kPackedQ4K16) {
+    cpu::amx::matmul_q4k16(a, M, w, ym, pool);
+  } else if (amx && w.packed_format == kPackedQ6K16) {
+    cpu::amx::matmul_q6k16(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ4K16) {
+    cpu::avx512::matmul_q4k16(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ6K16) {
+    cpu::avx512::matmul_q6k16(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ32x16) {
+    cpu::avx512::matmul_q32x16(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
+    cpu::avx512::matmul_ggml(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ32x16) {
+    cpu::avx2::matmul_q32x16(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ4K16) {
+    cpu::avx2::matmul_q4k16(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ6K16) {
+    cpu::avx2::matmul_q6k16(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx2 && cpu::avx2::ggml_supported(static_cast<int>(w.dtype))) {
+    cpu::avx2::matmul_ggml(a, M, w, ym, pool);
+  } else {
+    pool.parallel_for(
+        w.n_out, [&](int64_t n0, int64_t n1, int) { portable_range(a, M, w, ym, n0, n1); }, 16);
   }
 }
 

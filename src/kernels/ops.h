@@ -298,6 +298,34 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
 // Index of the largest element (first one on ties).
 int64_t argmax(const float* x, int64_t n);
 
+// Greedy picks without the logits. out[m] := argmax(y row m) for y = matmul(x, w) — the index
+// ops::argmax gives on ops::matmul's output, always (ties: the first; a row with a non-finite
+// value: computed from its logits). Where it can, it does less work than the matmul:
+// GGML Q8_0 / Q4_0 / Q5_0 / Q6_K weights under GgmlActivations::kInt8x2 run only the q1 half of
+// the activations through the kernel for every output, bound the q2 half rigorously
+// (Cauchy-Schwarz on the weight row and the q2 residual, plus the fp32 rounding of the kernel's
+// sum), and finish exactly — the kernel's own bits, ggml_portable_dot — only the outputs whose
+// bound still reaches the best lower bound (kernels/ggml_argmax.cc). Everything else computes
+// the logits and takes ops::argmax. `screen` must come from argmax_screen(w) (or be empty:
+// logits path). Batch- and thread-count invariant like matmul.
+struct ArgmaxScreen {
+  // [n_out]: per output row, (||row||₂ of the dequantized weights)·(1 + the kernel's relative
+  // fp32 error bound), rounded up; empty = no screening for this weight.
+  std::vector<float> bound;
+  DType dtype = DType::kF32;
+  int64_t n_in = 0;
+  bool empty() const { return bound.empty(); }
+};
+ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool = nullptr);
+void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, const ArgmaxScreen& screen,
+                   int32_t* out, ThreadPool& pool);
+// matmul_argmax's screened path since the process started: rows it finished, outputs it
+// finished exactly in them, rows it computed in full instead (relaxed counters).
+struct ArgmaxStats {
+  uint64_t screened_rows = 0, candidates = 0, full_rows = 0;
+};
+ArgmaxStats argmax_stats();
+
 }  // namespace ops
 
 // Activation precision of the GGML block matmul (ops::matmul on kQ8_0 ... kQ6_K weights):

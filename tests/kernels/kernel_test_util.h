@@ -21,6 +21,33 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float stddev = 1.0f) {
   return v;
 }
 
+inline void put_f16(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  p[0] = h & 0xff;
+  p[1] = h >> 8;
+}
+
+// Random GGML blocks of dtype t for an [n_out, n_in] weight: every quant bit pattern, sane f16
+// scales (so the weights look like real ones: |w| ~ 0.01 .. 0.1).
+inline std::vector<uint8_t> random_blocks(DType t, int64_t n_out, int64_t n_in, uint32_t seed) {
+  const int64_t nb = n_in / dtype_block_elems(t), bb = dtype_block_bytes(t);
+  std::vector<uint8_t> v(static_cast<size_t>(n_out * nb * bb));
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> sd(0.001f, 0.01f), sm(0.0f, 0.01f);
+  for (int64_t i = 0; i < n_out * nb; ++i) {
+    uint8_t* b = v.data() + i * bb;
+    switch (t) {
+      case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: put_f16(b, sd(rng)); break;
+      case DType::kQ4_1: case DType::kQ5_1: put_f16(b, sd(rng)); put_f16(b + 2, -sm(rng) * 8); break;
+      case DType::kQ4_K: case DType::kQ5_K: put_f16(b, sd(rng) / 8); put_f16(b + 2, sm(rng) / 8); break;
+      case DType::kQ6_K: put_f16(b + 208, sd(rng) / 16); break;
+      default: break;
+    }
+  }
+  return v;
+}
+
 // Normalized mean squared error  Σ(a-b)² / Σb²  (b = reference).
 inline double nmse(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;

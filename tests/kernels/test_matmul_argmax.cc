@@ -1,0 +1,199 @@
+// ops::matmul_argmax against its definition — ops::argmax over ops::matmul's row — on every
+// kernel path, raw and prepacked blocks, every activation mode; near-ties built so that the q1
+// half alone picks wrongly (the screen must finish them exactly), exact ties (the first index
+// wins), non-finite rows, and rows whose screen would not pay (computed in full).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/ops.h"
+#include "kernel_test_util.h"
+
+namespace dfl {
+namespace {
+
+struct ActScope {
+  explicit ActScope(GgmlActivations a) : old(ggml_activations()) { set_ggml_activations(a); }
+  ~ActScope() { set_ggml_activations(old); }
+  GgmlActivations old;
+};
+
+std::vector<int32_t> reference_argmax(const float* x, int64_t M, const WeightMatrix& w,
+                                      ThreadPool& pool) {
+  std::vector<float> y(static_cast<size_t>(M * w.n_out));
+  ops::matmul(x, M, w, y.data(), pool);
+  std::vector<int32_t> r(static_cast<size_t>(M));
+  for (int64_t m = 0; m < M; ++m) r[m] = int32_t(ops::argmax(y.data() + m * w.n_out, w.n_out));
+  return r;
+}
+
+std::vector<int32_t> screened_argmax(const float* x, int64_t M, const WeightMatrix& w,
+                                     const ops::ArgmaxScreen& s, ThreadPool& pool) {
+  std::vector<int32_t> r(static_cast<size_t>(M), -7);
+  ops::matmul_argmax(x, M, w, s, r.data(), pool);
+  return r;
+}
+
+TEST(MatmulArgmax, SameIndexAsTheLogitsOnEveryPath) {
+  ThreadPool pool(2);
+  for (GgmlActivations mode :
+       {GgmlActivations::kInt8x2, GgmlActivations::kInt8, GgmlActivations::kFp32}) {
+    ActScope act(mode);
+    for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ6_K, DType::kQ4_K}) {
+      const int64_t K = dtype_block_elems(t) == 256 ? 768 : 640, N = 1501;
+      const auto wb = test::random_blocks(t, N, K, 5 + static_cast<uint32_t>(t));
+      const WeightMatrix w = ggml_weight(t, N, K, wb.data());
+      const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
+      EXPECT_EQ(screen.empty(), t == DType::kQ4_K) << dtype_name(t);  // two terms per block
+      const PackedWeight pw = prepack_weight(w, &pool);
+      for (const test::PathConfig& path : test::matmul_paths()) {
+        test::PathScope scope(path);
+        for (int64_t M : {1, 3, 16, 17, 40, 64}) {
+          const auto x = test::randn(static_cast<size_t>(M * K), 11 + uint32_t(M));
+          const auto want = reference_argmax(x.data(), M, w, pool);
+          EXPECT_EQ(screened_argmax(x.data(), M, w, screen, pool), want)
+              << dtype_name(t) << " " << path.name << " M=" << M;
+          EXPECT_EQ(screened_argmax(x.data(), M, pw.matrix(), screen, pool), want)
+              << dtype_name(t) << " prepacked " << path.name << " M=" << M;
+        }
+      }
+    }
+  }
+}
+
+// Q8_0, K = 640 (20 blocks). x: per block an element 127·s (so d1 = s) and the others s·n_k + ε_k
+// with |ε_k| < 0.45 s: the q1 half is exactly n, the q2 half carries ε. Rows 0..kNear−1 are a
+// base row (scale 0.05, quants 10·n_k, 0 at the 127·s elements) with the quant at one
+// candidate position k raised by c: output = base + 0.05·s·c·(n_k + ε_k) exactly, but base +
+// 0.05·s·c·n_k for the q1 half. One row has c·n = 7 (n = 7, c = 1), the others c·n = 6 (n = 2,
+// c = 3 / n = 3, c = 2 / n = 6, c = 1): the q1 half always picks the 7, the exact output often a
+// 6 with a large c·ε (7.2 from 6 + 3·0.4). Some rows repeat a position and c (identical rows:
+// exact ties). The other rows are random with scale 0.001, far below.
+constexpr int64_t kK = 640, kN = 2048, kNear = 48;
+
+struct NearTies {
+  std::vector<uint8_t> blocks;
+  std::vector<float> x;  // [kRows, kK]
+  static constexpr int64_t kRows = 24;
+};
+
+NearTies near_ties() {
+  std::mt19937 rng(99);
+  const float s = 0x1p-4f;
+  std::uniform_int_distribution<int> nd(-2, 2);
+  std::uniform_real_distribution<float> ed(-0.45f, 0.45f);
+  std::vector<int> n(kK), cand, inc;
+  for (int64_t k = 0; k < kK; ++k) n[k] = (k % 32 == 0) ? 127 : nd(rng);
+  const int kinds[4][2] = {{2, 3}, {3, 2}, {6, 1}, {7, 1}};  // {n, c}
+  for (int i = 0; i < kNear; ++i) {
+    const int kind = i == 0 ? 3 : i % 3;
+    int k;
+    do k = int(rng() % kK); while (k % 32 == 0 || std::count(cand.begin(), cand.end(), k));
+    if (i % 8 == 7) {  // a repeated candidate: an identical row
+      cand.push_back(cand[size_t(i - 3)]);
+      inc.push_back(inc[size_t(i - 3)]);
+      continue;
+    }
+    n[size_t(k)] = kinds[kind][0];
+    cand.push_back(k);
+    inc.push_back(kinds[kind][1]);
+  }
+  NearTies t;
+  t.blocks = test::random_blocks(DType::kQ8_0, kN, kK, 3);
+  for (int64_t r = 0; r < kN; ++r)
+    for (int64_t b = 0; b < kK / 32; ++b) {
+      uint8_t* blk = t.blocks.data() + (r * (kK / 32) + b) * 34;
+      test::put_f16(blk, r < kNear ? 0.05f : 0.001f);
+      for (int i = 0; r < kNear && i < 32; ++i) {
+        const int64_t k = b * 32 + i;
+        int q = n[size_t(k)] == 127 ? 0 : 10 * n[size_t(k)];
+        if (k == cand[size_t(r)]) q += inc[size_t(r)];
+        blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      }
+    }
+  t.x.resize(size_t(NearTies::kRows * kK));
+  for (int64_t m = 0; m < NearTies::kRows; ++m)
+    for (int64_t k = 0; k < kK; ++k)
+      t.x[size_t(m * kK + k)] = n[size_t(k)] == 127 ? 127 * s : s * (float(n[size_t(k)]) + ed(rng));
+  return t;
+}
+
+TEST(MatmulArgmax, NearTiesTheQ1HalfGetsWrongAreFinishedExactly) {
+  ThreadPool pool(2);
+  const NearTies t = near_ties();
+  const WeightMatrix w = ggml_weight(DType::kQ8_0, kN, kK, t.blocks.data());
+  const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
+  const PackedWeight pw = prepack_weight(w, &pool);
+  const int64_t M = NearTies::kRows;
+  for (const test::PathConfig& path : test::matmul_paths()) {
+    test::PathScope scope(path);
+    std::vector<int32_t> q1_only, want;
+    {
+      ActScope act(GgmlActivations::kInt8);  // the q1 half alone
+      q1_only = reference_argmax(t.x.data(), M, w, pool);
+    }
+    ActScope act(GgmlActivations::kInt8x2);
+    want = reference_argmax(t.x.data(), M, w, pool);
+    int wrong = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      ASSERT_LT(want[m], kNear) << "the construction: a near-tie row must win";
+      wrong += q1_only[m] != want[m];
+    }
+    EXPECT_GE(wrong, M / 4) << "the construction: the q1 half alone must pick wrongly";
+    const ops::ArgmaxStats before = ops::argmax_stats();
+    EXPECT_EQ(screened_argmax(t.x.data(), M, w, screen, pool), want) << path.name;
+    EXPECT_EQ(screened_argmax(t.x.data(), M, pw.matrix(), screen, pool), want) << path.name;
+    const ops::ArgmaxStats after = ops::argmax_stats();
+    EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(2 * M)) << path.name;
+    EXPECT_EQ(after.full_rows, before.full_rows) << path.name;
+    // Every near-tie row is a candidate, the random rows are not.
+    EXPECT_GE(after.candidates - before.candidates, uint64_t(2 * M * kNear)) << path.name;
+    EXPECT_LT(after.candidates - before.candidates, uint64_t(2 * M * (kNear + 64))) << path.name;
+  }
+}
+
+TEST(MatmulArgmax, IdenticalRowsGiveTheFirstIndex) {
+  ThreadPool pool(2);
+  ActScope act(GgmlActivations::kInt8x2);
+  auto wb = test::random_blocks(DType::kQ8_0, 500, kK, 8);
+  const int64_t rb = (kK / 32) * 34;
+  for (int64_t b = 0; b < kK / 32; ++b) test::put_f16(wb.data() + 7 * rb + b * 34, 0.05f);
+  for (int64_t r : {19, 300, 301}) std::copy_n(wb.data() + 7 * rb, rb, wb.data() + r * rb);
+  const WeightMatrix w = ggml_weight(DType::kQ8_0, 500, kK, wb.data());
+  std::vector<float> x(static_cast<size_t>(3 * kK));
+  dequantize_rows(w, 7, 1, x.data());  // x = row 7: rows 7, 19, 300, 301 are the best
+  dequantize_rows(w, 7, 1, x.data() + kK);
+  for (int64_t k = kK; k < 2 * kK; ++k) x[size_t(k)] *= 3.0f;
+  dequantize_rows(w, 7, 1, x.data() + 2 * kK);
+  const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
+  for (const test::PathConfig& path : test::matmul_paths()) {
+    test::PathScope scope(path);
+    EXPECT_EQ(screened_argmax(x.data(), 3, w, screen, pool), (std::vector<int32_t>{7, 7, 7}))
+        << path.name;
+  }
+}
+
+TEST(MatmulArgmax, NonFiniteAndAllTiedRowsAreComputedInFull) {
+  ThreadPool pool(2);
+  ActScope act(GgmlActivations::kInt8x2);
+  // Every row identical: every output is a candidate, more than a screen is worth.
+  auto wb = test::random_blocks(DType::kQ8_0, 1, kK, 4);
+  std::vector<uint8_t> same;
+  for (int r = 0; r < 900; ++r) same.insert(same.end(), wb.begin(), wb.end());
+  const WeightMatrix w = ggml_weight(DType::kQ8_0, 900, kK, same.data());
+  const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
+  auto x = test::randn(size_t(4 * kK), 2);
+  x[5] = INFINITY;                          // row 0
+  x[kK + 9] = NAN;                          // row 1
+  x[2 * kK + 3] = 3e38f;                    // row 2: finite, y1 huge
+  const ops::ArgmaxStats before = ops::argmax_stats();
+  EXPECT_EQ(screened_argmax(x.data(), 4, w, screen, pool), reference_argmax(x.data(), 4, w, pool));
+  EXPECT_EQ(ops::argmax_stats().full_rows - before.full_rows, 4u);
+}
+
+}  // namespace
+}  // namespace dfl
