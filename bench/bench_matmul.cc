@@ -146,6 +146,47 @@ int reg_gemma = [] {
   return 0;
 }();
 
+// The greedy picks of the Gemma-3-270M head (ops::matmul_argmax) against its logits
+// (BM_MatmulGgml above, same weight). Each x row is a weight row plus noise, so one output
+// stands out as on real text (random x: flat rows, the screen finishes thousands of outputs).
+//   bench/bench_matmul --benchmark_filter='GemmaHead'
+void BM_ArgmaxGgml(benchmark::State& st, DType t, int64_t N, int64_t K) {
+  const int64_t M = st.range(0);
+  const GgmlWeight& g = ggml_weight_cached(t, N, K);
+  const ops::ArgmaxScreen screen = ops::argmax_screen(g.w, &pool());
+  auto x = random_f32(M * K, 7);
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t m = 0; m < M; ++m) {
+    dequantize_rows(g.w, (m * 7919) % N, 1, row.data());
+    for (int64_t k = 0; k < K; ++k) x[m * K + k] = 0.1f * x[m * K + k] + 40.0f * row[k];
+  }
+  std::vector<int32_t> out(static_cast<size_t>(M));
+  const ops::ArgmaxStats s0 = ops::argmax_stats();
+  for (auto _ : st) {
+    ops::matmul_argmax(x.data(), M, g.w, screen, out.data(), pool());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const ops::ArgmaxStats s1 = ops::argmax_stats();
+  st.counters["finished_per_row"] =
+      s1.screened_rows > s0.screened_rows
+          ? double(s1.candidates - s0.candidates) / double(s1.screened_rows - s0.screened_rows) : 0.0;
+  st.counters["full_rows"] = double(s1.full_rows - s0.full_rows);
+}
+
+int reg_gemma_head = [] {
+  for (auto f : {std::make_pair("Q8_0", DType::kQ8_0), std::make_pair("Q6_K", DType::kQ6_K)}) {
+    const int64_t K = f.second == DType::kQ6_K ? 768 : 640;
+    const std::string shape = std::string("262144x") + std::to_string(K);
+    benchmark::RegisterBenchmark((std::string("GemmaHead/logits/") + f.first + "/" + shape).c_str(),
+                                 BM_MatmulGgml, f.second, int64_t{262144}, K)
+        ->ArgName("M")->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("GemmaHead/argmax/") + f.first + "/" + shape).c_str(),
+                                 BM_ArgmaxGgml, f.second, int64_t{262144}, K)
+        ->ArgName("M")->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  }
+  return 0;
+}();
+
 // Copies of one weight (same values), together >= kStreamBytes, so a call never hits the LLC.
 constexpr double kStreamBytes = 1.1 * (1 << 30);
 struct StreamSet {

@@ -62,6 +62,9 @@ class PipelineLM final : public CausalLM {
     stage_->norm_and_lm_head(x, n, logits);
   }
   void lm_head(const float* x_normed, int64_t n, float* logits) override { stage_->lm_head(x_normed, n, logits); }
+  void lm_head_argmax(const float* x_normed, int64_t n, int32_t* out) override {
+    stage_->lm_head_argmax(x_normed, n, out);
+  }
   int64_t weight_bytes_per_token() const override;
 
  private:

@@ -13,14 +13,16 @@ constexpr int32_t kWarm = 2;
 
 std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
                                          const std::vector<int32_t>& blocks, int32_t context,
-                                         int32_t repeats, const std::vector<int32_t>* aux) {
+                                         int32_t repeats, const std::vector<int32_t>* aux,
+                                         bool argmax_only, const std::vector<int32_t>* text) {
   using Clock = std::chrono::steady_clock;
   int32_t max_b = 0;
   for (int32_t b : blocks) max_b = std::max(max_b, b);
   std::vector<double> t(max_b + 1, 0.0);
   const int32_t V = target.config().vocab_size;
-  std::vector<int32_t> toks(std::max(context, max_b));
-  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 7919 + 13) % V);
+  std::vector<int32_t> toks(size_t(context + max_b));  // the context, then the block's tokens
+  for (size_t i = 0; i < toks.size(); ++i)
+    toks[i] = text && !text->empty() ? (*text)[i % text->size()] : int32_t((i * 7919 + 13) % V);
   KvPool& kv = target.kv();
   DFL_CHECK(context + max_b <= kv.max_context(), "verify curve: context too small");
   ForwardArgs fa;
@@ -40,10 +42,11 @@ std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
               " exceeds LoadOptions.max_block ", kv.slack());
     std::vector<double> s;
     for (int32_t r = 0; r < repeats + kWarm; ++r) {
-      fa.tokens = toks.data();
+      fa.tokens = toks.data() + context;
       fa.n = b;
       fa.pos0 = context;
       fa.logits = LogitsMode::kAll;
+      fa.argmax_only = argmax_only;
       const auto t0 = Clock::now();
       target.forward(fa, fo);
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -11,16 +11,19 @@
 namespace dfl {
 
 // Measures the verify cost t(B) of the target for each B in `blocks` (seconds, median of
-// `repeats` passes: a verify-shaped pass, all logits + the `aux` taps, appending B tokens after a
+// `repeats` passes: a verify-shaped pass, all logits (argmax_only: the rows' greedy picks) + the `aux` taps, appending B tokens after a
 // context of `context` tokens on sequence `seq`; that sequence's cache is cleared afterwards;
 // two unmeasured passes per B first: the first grows the buffers of B rows, the second those
 // the one-sequence forward swaps its logits through — a steady-state figure, as a server sees).
-// Returns t indexed by B (size max(blocks) + 1, 0 = not measured). Used by
+// The tokens: `text` cycled (real text: the greedy picks' screen sees real distributions), or
+// a fixed synthetic sequence. Returns t indexed by B (size max(blocks) + 1, 0 = not measured). Used by
 // `dflash run --block-size auto` to seed BlockPolicy, and by `dflash bench`.
 std::vector<double> measure_verify_curve(CausalLM& target, int32_t seq,
                                          const std::vector<int32_t>& blocks, int32_t context = 64,
                                          int32_t repeats = 3,
-                                         const std::vector<int32_t>* aux = nullptr);
+                                         const std::vector<int32_t>* aux = nullptr,
+                                         bool argmax_only = false,
+                                         const std::vector<int32_t>* text = nullptr);
 
 // Measures a proposer's cost over total drafter rows: for each n in `n_seqs`, one propose_batch
 // of n jobs (slots 0..n−1, one context row each, then a full block of `block` rows) — seconds,

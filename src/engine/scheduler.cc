@@ -454,6 +454,8 @@ Scheduler::Launch Scheduler::launch(int32_t grp) {
     }
     g.tokens = s->seg_tokens.data();
     g.n = int32_t(s->seg_tokens.size());
+    // A greedy request without logprobs needs only the picks (the same tokens, less head work).
+    g.argmax_only = s->req.sampling.greedy() && !s->req.want_logits;
     g.taps = s->spec;
     s->seg = int32_t(fb.segs.size());
     fb.segs.push_back(g);
@@ -495,25 +497,29 @@ void Scheduler::complete(int32_t grp) {
       if (s->computed < s->prefill_end()) continue;
       s->decoding = true;
       if (s->generated) continue;  // resumed after a preemption: the anchor is known
-      const int32_t tok = sample_token(bo.logits_of(size_t(s->seg), V), V, s->req.sampling,
-                                       s->rng, scratch_);
-      emit(s, &tok, 1, bo.logits_of(size_t(s->seg), V));
+      const float* logits = g.argmax_only ? nullptr : bo.logits_of(size_t(s->seg), V);
+      const int32_t tok = g.argmax_only ? bo.argmax_of(size_t(s->seg))[0]
+                                        : sample_token(logits, V, s->req.sampling, s->rng, scratch_);
+      emit(s, &tok, 1, logits);
       continue;
     }
-    const float* logits = bo.logits_of(size_t(s->seg), V);
+    // Either the rows' logits, or (argmax_only) their greedy picks.
+    const float* logits = g.argmax_only ? nullptr : bo.logits_of(size_t(s->seg), V);
+    const int32_t* picks = g.argmax_only ? bo.argmax_of(size_t(s->seg)) : nullptr;
     const int32_t nd = int32_t(s->draft.tokens.size());
     const int32_t s0 = s->s();
     ++s->stats.target_passes;
     s->stats.verify_s += fwd_s;
     if (s->spec) ++s->stats.draft_length_histogram[size_t(nd)];
     if (!s->spec) {
-      const int32_t tok = sample_token(logits, V, s->req.sampling, s->rng, scratch_);
+      const int32_t tok = picks ? picks[0] : sample_token(logits, V, s->req.sampling, s->rng, scratch_);
       s->computed = s0 + 1;
       emit(s, &tok, 1, logits);
       continue;
     }
     const VerifyResult vr =
-        s->req.sampling.greedy()
+        picks ? verify_greedy_picks(s->draft.tokens.data(), nd, picks)
+        : s->req.sampling.greedy()
             ? verify_greedy(s->draft.tokens.data(), nd, logits, V)
             : verify_rejection(s->draft.tokens.data(), nd, logits, s->draft.probs.data(), V,
                                s->req.sampling, s->rng);

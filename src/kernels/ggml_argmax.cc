@@ -62,27 +62,54 @@ float residual_norm(const cpu::GgmlAct& a, int64_t m, int64_t ab) {
 // Outputs finished exactly beyond which a row is cheaper to compute in full.
 int64_t candidate_cap(int64_t n_out) { return n_out / 16 + 64; }
 
-// The greedy pick of one row from its y1 row, or -1: compute this row in full.
-int32_t finish_row(const float* y1, const float* bound, int64_t V, float R, const cpu::GgmlAct& q2,
-                   int64_t m, const WeightMatrix& w) {
-  constexpr float kRel = 0x1p-21f, kHuge = 1e30f;
-  float L = -std::numeric_limits<float>::infinity();
-  bool bad = false;
-  for (int64_t n = 0; n < V; ++n) {
-    const float a = std::fabs(y1[n]);
-    bad |= !(a <= kHuge);
-    const float lo = y1[n] - (bound[n] * R + a * kRel);
-    L = lo > L ? lo : L;
+constexpr float kRel = 0x1p-21f, kHuge = 1e30f;
+
+// Output n, exactly: y1[n] plus the q2 half (the kernels' bits).
+inline float finish_output(float y1, const cpu::GgmlAct& q2, int64_t m, const WeightMatrix& w,
+                           int64_t n, bool simd_q8) {
+  if (simd_q8) {
+    const int64_t nb = w.n_in / 32;
+    return y1 + cpu::avx512::q8_0_row_dot(static_cast<const uint8_t*>(w.data) + n * nb * 34,
+                                          q2.q + m * (w.n_in + 256), q2.d + m * nb, nb);
   }
-  if (bad) return -1;
+  return y1 + ggml_portable_dot(q2, m, w, n);
+}
+
+// The greedy pick of one row from its y1 row, or -1: compute this row in full. idx: scratch
+// of candidate_cap(V) entries.
+int32_t finish_row(const float* y1, const float* bound, int64_t V, float R, const cpu::GgmlAct& q2,
+                   int64_t m, const WeightMatrix& w, IsaLevel isa, int32_t* idx) {
   const int64_t cap = candidate_cap(V);
-  int64_t count = 0, best_n = -1;
+  int64_t count = 0;
+  if (isa == IsaLevel::kAvx512) {
+    bool bad = false;
+    const float L = cpu::avx512::screen_lower_max(y1, bound, V, R, kRel, kHuge, &bad);
+    if (bad) return -1;
+    count = cpu::avx512::screen_candidates(y1, bound, V, R, kRel, L, idx, cap);
+    if (count < 0) return -1;
+  } else {
+    float L = -std::numeric_limits<float>::infinity();
+    bool bad = false;
+    for (int64_t n = 0; n < V; ++n) {
+      const float a = std::fabs(y1[n]);
+      bad |= !(a <= kHuge);
+      const float lo = y1[n] - (bound[n] * R + a * kRel);
+      L = lo > L ? lo : L;
+    }
+    if (bad) return -1;
+    for (int64_t n = 0; n < V; ++n) {
+      const float hi = y1[n] + (bound[n] * R + std::fabs(y1[n]) * kRel);
+      if (!(hi >= L)) continue;
+      if (count == cap) return -1;
+      idx[count++] = static_cast<int32_t>(n);
+    }
+  }
+  const bool simd_q8 = isa == IsaLevel::kAvx512 && w.dtype == DType::kQ8_0;
+  int64_t best_n = -1;
   float best = 0.0f;
-  for (int64_t n = 0; n < V; ++n) {
-    const float hi = y1[n] + (bound[n] * R + std::fabs(y1[n]) * kRel);
-    if (!(hi >= L)) continue;
-    if (++count > cap) return -1;
-    const float y = y1[n] + ggml_portable_dot(q2, m, w, n);
+  for (int64_t i = 0; i < count; ++i) {  // increasing n: the first of equal maxima wins
+    const int64_t n = idx[i];
+    const float y = finish_output(y1[n], q2, m, w, n, simd_q8);
     if (best_n < 0 || y > best) {
       best = y;
       best_n = n;
@@ -158,7 +185,9 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const bool amx = ggml_amx_for(w, std::min<int64_t>(n_rows, cpu::amx::kGgmlAmxMaxRows), isa);
   const int64_t chunk = amx ? cpu::amx::kGgmlAmxMaxRows : cpu::kGgmlRowChunk;
   thread_local GgmlActRows q1, q2;
-  thread_local std::vector<float> resid, y1;
+  thread_local std::vector<float> resid, y1, xr;
+  thread_local std::vector<int64_t> redo;
+  thread_local std::vector<int32_t> picks, idx;
   for (int64_t m0 = 0; m0 < n_rows; m0 += chunk) {
     const int64_t M = std::min(chunk, n_rows - m0);
     const int64_t padded = amx ? (M + 15) / 16 * 16 : M;  // AMX tiles load 16 rows
@@ -173,19 +202,29 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     // (thread_local buffers are named through pointers: in a worker, y1 is the worker's own)
     const cpu::GgmlAct a2 = q2.view(0);
     const float* y1p = y1.data();
+    const int64_t cap = candidate_cap(V);
+    if (idx.size() < static_cast<size_t>(M * cap)) idx.resize(static_cast<size_t>(M * cap));
+    int32_t* idxp = idx.data();
     pool.parallel_for(
         M,
-        [&, y1p](int64_t r0, int64_t r1, int) {
+        [&, y1p, idxp](int64_t r0, int64_t r1, int) {
           for (int64_t r = r0; r < r1; ++r)
-            out[m0 + r] = finish_row(y1p + r * V, screen.bound.data(), V,
-                                     residual_norm(a2, r, ab), a2, r, w);
+            out[m0 + r] = finish_row(y1p + r * V, screen.bound.data(), V, residual_norm(a2, r, ab),
+                                     a2, r, w, isa, idxp + r * cap);
         },
         1);
+    // The rows the screen gave up on, in one logits call (one weight stream for all of them).
+    redo.clear();
     for (int64_t r = 0; r < M; ++r)
-      if (out[m0 + r] < 0) {
-        g_full.fetch_add(1, std::memory_order_relaxed);
-        logits_argmax(x + (m0 + r) * K, 1, w, out + m0 + r, pool);
-      }
+      if (out[m0 + r] < 0) redo.push_back(r);
+    if (redo.empty()) continue;
+    g_full.fetch_add(redo.size(), std::memory_order_relaxed);
+    if (xr.size() < redo.size() * size_t(K)) xr.resize(redo.size() * size_t(K));
+    for (size_t i = 0; i < redo.size(); ++i)
+      std::copy_n(x + (m0 + redo[i]) * K, K, xr.data() + i * size_t(K));
+    picks.resize(redo.size());
+    logits_argmax(xr.data(), int64_t(redo.size()), w, picks.data(), pool);
+    for (size_t i = 0; i < redo.size(); ++i) out[m0 + redo[i]] = picks[i];
   }
 }
 

@@ -107,6 +107,29 @@ void OutputHead::norm_logits(const float* x, int64_t n, float* out, std::vector<
   logits(t, n, out, pool);
 }
 
+void OutputHead::prepare_argmax(ThreadPool* pool) {
+  // A soft-capped head picks through its logits (argmax), so it needs no screen.
+  screen = final_softcap > 0 ? ops::ArgmaxScreen{} : ops::argmax_screen(lm_head, pool);
+}
+
+void OutputHead::argmax(const float* x_normed, int64_t n, int32_t* out, ThreadPool& pool) const {
+  if (final_softcap <= 0) {
+    ops::matmul_argmax(x_normed, n, lm_head, screen, out, pool);
+    return;
+  }
+  thread_local std::vector<float> y;
+  float* l = Scratch::ensure(y, size_t(n) * vocab);
+  logits(x_normed, n, l, pool);
+  for (int64_t i = 0; i < n; ++i) out[i] = int32_t(ops::argmax(l + i * int64_t(vocab), vocab));
+}
+
+void OutputHead::norm_argmax(const float* x, int64_t n, int32_t* out, std::vector<float>& tmp,
+                             ThreadPool& pool) const {
+  float* t = Scratch::ensure(tmp, size_t(n) * hidden);
+  ops::rms_norm(x, final_norm.data(), n, hidden, eps, t, &pool);
+  argmax(t, n, out, pool);
+}
+
 void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32_t n,
                  const float* cos, const float* sin, float eps, float* q_out, float* k_out,
                  float* v_out, Scratch& sc, ThreadPool& pool) {

@@ -103,6 +103,7 @@ struct OutputHead {
   int32_t vocab = 0, hidden = 0;
   float eps = 1e-6f;
   float final_softcap = 0.0f;    // > 0: logits = cap·tanh(logits / cap) (also for lm_head())
+  ops::ArgmaxScreen screen;      // of lm_head (prepare_argmax): greedy picks without the logits
 
   // out [n, H]; throws dfl::Error for an id outside the vocabulary.
   void embed_rows(const int32_t* tokens, int64_t n, float* out) const;
@@ -110,6 +111,13 @@ struct OutputHead {
   void logits(const float* x_normed, int64_t n, float* out, ThreadPool& pool) const;
   // logits of final_norm(x); `tmp` is scratch.
   void norm_logits(const float* x, int64_t n, float* out, std::vector<float>& tmp,
+                   ThreadPool& pool) const;
+  // After lm_head is final (converted / prepacked): the screen for argmax().
+  void prepare_argmax(ThreadPool* pool);
+  // out [n] = ops::argmax of each row of logits(x_normed): the same index, bit for bit
+  // (ops::matmul_argmax; with a final soft-cap through the logits).
+  void argmax(const float* x_normed, int64_t n, int32_t* out, ThreadPool& pool) const;
+  void norm_argmax(const float* x, int64_t n, int32_t* out, std::vector<float>& tmp,
                    ThreadPool& pool) const;
 };
 

@@ -72,9 +72,10 @@ void DecoderLM::finish_load(const LoadOptions& opts, const std::vector<std::stri
       kv_layer_[il] = n_attn++;
   }
   rec_block_ = opts.max_block;
-  if (has_head())
+  if (has_head()) {
     convert_weight(head_.lm_head, opts, owned_, &pool_);  // head_.embed stays as stored (rows are read)
-  else
+    head_.prepare_argmax(&pool_);
+  } else
     head_.lm_head = WeightMatrix{};  // another stage's
   require_all_used(ck_, cfg_, ignore);
   max_context_ = std::min(opts.max_context, cfg_.max_position_embeddings);
@@ -122,6 +123,10 @@ void DecoderLM::lm_head(const float* x_normed, int64_t n, float* logits) {
   head_.logits(x_normed, n, logits, pool_);
 }
 
+void DecoderLM::lm_head_argmax(const float* x_normed, int64_t n, int32_t* out) {
+  head_.argmax(x_normed, n, out, pool_);
+}
+
 void DecoderLM::norm_and_lm_head(const float* x, int64_t n, float* logits) {
   head_.norm_logits(x, n, logits, head_tmp_, pool_);
 }
@@ -161,8 +166,9 @@ void DecoderLM::forward_stage(const ForwardBatch& b, const float* x_in, BatchOut
   psegs_.clear();
   out.row0.resize(b.segs.size());
   out.logits_row.resize(b.segs.size());
+  out.argmax_row.resize(b.segs.size());
   int32_t rows = 0;
-  int64_t logit_rows = 0;
+  int64_t logit_rows = 0, argmax_rows = 0;
   bool any_taps = false;
   for (size_t i = 0; i < b.segs.size(); ++i) {
     const SegmentSpec& g = b.segs[i];
@@ -180,8 +186,10 @@ void DecoderLM::forward_stage(const ForwardBatch& b, const float* x_in, BatchOut
     psegs_.push_back({g.seq, 0, g.n, g.pos0});
     out.row0[i] = rows;
     out.logits_row[i] = logit_rows;
+    out.argmax_row[i] = argmax_rows;
     rows += g.n;
-    logit_rows += g.logits == LogitsMode::kAll ? g.n : g.logits == LogitsMode::kLast ? 1 : 0;
+    const int64_t n_logits = g.logits == LogitsMode::kAll ? g.n : g.logits == LogitsMode::kLast ? 1 : 0;
+    (g.argmax_only ? argmax_rows : logit_rows) += n_logits;
     any_taps |= g.taps;
   }
   const size_t n_aux = b.aux ? b.aux->size() : 0;
@@ -224,19 +232,32 @@ void DecoderLM::forward_stage(const ForwardBatch& b, const float* x_in, BatchOut
   if (rec_)
     for (const SegmentSpec& g : b.segs) rec_->end_forward(g.seq);
 
-  if (!has_head()) logit_rows = 0;  // the last stage makes them
+  if (!has_head()) logit_rows = argmax_rows = 0;  // the last stage makes them
   out.logits.resize(size_t(logit_rows) * V);
-  if (!logit_rows) return;
-  float* xl = Scratch::ensure(xl_, size_t(logit_rows) * H);
+  out.argmax.resize(size_t(argmax_rows));
+  if (!logit_rows && !argmax_rows) return;
+  // The head's input rows: those of logits segments first, then those of argmax_only ones.
+  float* xl = Scratch::ensure(xl_, size_t(logit_rows + argmax_rows) * H);
   for (size_t i = 0; i < b.segs.size(); ++i) {
     const SegmentSpec& g = b.segs[i];
     const float* src = x + size_t(out.row0[i]) * H;
+    float* dst = xl + size_t(g.argmax_only ? logit_rows + out.argmax_row[i] : out.logits_row[i]) * H;
     if (g.logits == LogitsMode::kAll)
-      std::copy_n(src, size_t(g.n) * H, xl + size_t(out.logits_row[i]) * H);
+      std::copy_n(src, size_t(g.n) * H, dst);
     else if (g.logits == LogitsMode::kLast)
-      std::copy_n(src + size_t(g.n - 1) * H, H, xl + size_t(out.logits_row[i]) * H);
+      std::copy_n(src + size_t(g.n - 1) * H, H, dst);
   }
-  norm_and_lm_head(xl, logit_rows, out.logits.data());
+  if (logit_rows) norm_and_lm_head(xl, logit_rows, out.logits.data());
+  if (argmax_rows)
+    head_.norm_argmax(xl + size_t(logit_rows) * H, argmax_rows, out.argmax.data(), head_tmp_, pool_);
+}
+
+void CausalLM::lm_head_argmax(const float* x_normed, int64_t n, int32_t* out) {
+  const int64_t V = config().vocab_size;
+  thread_local std::vector<float> logits;
+  if (logits.size() < size_t(n * V)) logits.resize(size_t(n * V));
+  lm_head(x_normed, n, logits.data());
+  for (int64_t i = 0; i < n; ++i) out[i] = int32_t(ops::argmax(logits.data() + i * V, V));
 }
 
 void CausalLM::forward(const ForwardArgs& a, ForwardOut& out) {
@@ -252,6 +273,7 @@ void CausalLM::forward(const ForwardArgs& a, ForwardOut& out) {
   // the same shape, so forward() neither zero-fills nor copies 16 × vocab floats per call.
   const bool one_chunk = a.n <= chunk;
   if (!one_chunk) out.logits.clear();
+  out.argmax.clear();
   out.aux.assign(size_t(a.n) * n_aux * H, 0.0f);
   ForwardBatch fb;
   fb.aux = a.aux;
@@ -268,8 +290,10 @@ void CausalLM::forward(const ForwardArgs& a, ForwardOut& out) {
     g.logits = a.logits == LogitsMode::kAll ? LogitsMode::kAll
                : (a.logits == LogitsMode::kLast && last) ? LogitsMode::kLast
                                                           : LogitsMode::kNone;
+    g.argmax_only = a.argmax_only;
     g.taps = n_aux > 0;
     forward(fb, bo);
+    out.argmax.insert(out.argmax.end(), bo.argmax.begin(), bo.argmax.end());
     if (one_chunk)
       out.logits.swap(bo.logits);
     else

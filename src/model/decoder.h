@@ -51,6 +51,7 @@ class DecoderLM : public CausalLM {
   void embed(const int32_t* tokens, int64_t n, float* out) const override;
   void norm_and_lm_head(const float* x, int64_t n, float* logits) override;
   void lm_head(const float* x_normed, int64_t n, float* logits) override;
+  void lm_head_argmax(const float* x_normed, int64_t n, int32_t* out) override;
   int64_t weight_bytes_per_token() const override;
   std::vector<KvLayerSpec> kv_layers() const override { return kv_layout(cfg_, begin_, end_); }
 

@@ -33,6 +33,10 @@ struct SegmentSpec {
   int32_t pos0 = 0;                 // must equal kv().length(seq)
   LogitsMode logits = LogitsMode::kLast;
   bool taps = false;                // capture the batch's aux rows for this segment
+  // With logits: only each logits row's argmax is wanted (a greedy pick, no logprobs): the rows
+  // go to BatchOut::argmax instead of BatchOut::logits — the same index ops::argmax gives on
+  // them, bit for bit, at less cost where the head allows (CausalLM::lm_head_argmax).
+  bool argmax_only = false;
 };
 
 struct ForwardBatch {
@@ -42,13 +46,16 @@ struct ForwardBatch {
 };
 
 struct BatchOut {
-  std::vector<float> logits;        // [Σ logits rows, vocab], segments in order
+  std::vector<float> logits;        // [Σ logits rows, vocab], segments in order (not argmax_only)
   std::vector<int64_t> logits_row;  // per segment: its first logits row
+  std::vector<int32_t> argmax;      // [Σ logits rows of argmax_only segments]: each row's argmax
+  std::vector<int64_t> argmax_row;  // per segment: its first entry in argmax
   std::vector<float> aux;           // [n_rows, aux.size() × hidden] (zeros for segments w/o taps)
   std::vector<int64_t> row0;        // per segment: its first row
   const float* logits_of(size_t seg, int64_t vocab) const {
     return logits.data() + size_t(logits_row[seg]) * size_t(vocab);
   }
+  const int32_t* argmax_of(size_t seg) const { return argmax.data() + argmax_row[seg]; }
   const float* aux_of(size_t seg, int64_t row_width) const {
     return aux.data() + size_t(row0[seg]) * size_t(row_width);
   }
@@ -61,11 +68,13 @@ struct ForwardArgs {
   int32_t n = 0;
   int32_t pos0 = 0;                 // must equal kv().length(seq)
   LogitsMode logits = LogitsMode::kLast;
+  bool argmax_only = false;   // as SegmentSpec: the logits rows' argmax into ForwardOut::argmax
   const std::vector<int32_t>* aux = nullptr;  // aux indices to capture, in output order
 };
 
 struct ForwardOut {
   std::vector<float> logits;  // [n_logits, vocab]: n rows (kAll), 1 row (kLast) or none
+  std::vector<int32_t> argmax;  // [n_logits] instead, under argmax_only
   std::vector<float> aux;     // [n, aux.size() * hidden]: per token, the captured rows side by side
 };
 
@@ -139,6 +148,10 @@ class CausalLM {
   virtual void norm_and_lm_head(const float* x, int64_t n, float* logits) = 0;
   // lm_head only: x [n, hidden] (already normed) → logits [n, vocab] (final soft-cap included).
   virtual void lm_head(const float* x_normed, int64_t n, float* logits) = 0;
+  // Greedy picks: out[i] = ops::argmax of row i of lm_head(x_normed) — that index, bit for bit,
+  // computed without the logits where the head allows (ops::matmul_argmax). This default runs
+  // lm_head.
+  virtual void lm_head_argmax(const float* x_normed, int64_t n, int32_t* out);
   // Bytes of weights one decode step reads (for roofline figures).
   virtual int64_t weight_bytes_per_token() const = 0;
 

@@ -6,16 +6,29 @@
 
 namespace dfl {
 
-VerifyResult verify_greedy(const int32_t* drafts, int32_t n, const float* logits, int64_t V) {
+namespace {
+// The greedy rule over the target's pick of each row (pick(j): row j's argmax, asked in order).
+template <class Pick>
+VerifyResult greedy_walk(const int32_t* drafts, int32_t n, Pick&& pick) {
   VerifyResult r;
   for (int32_t j = 0; j <= n; ++j) {
-    const int32_t t = static_cast<int32_t>(ops::argmax(logits + j * V, V));
+    const int32_t t = pick(j);
     if (j < n && drafts[j] == t) continue;
     r.n_accepted = j;
     r.next_token = t;
     break;
   }
   return r;
+}
+}  // namespace
+
+VerifyResult verify_greedy_picks(const int32_t* drafts, int32_t n, const int32_t* picks) {
+  return greedy_walk(drafts, n, [&](int32_t j) { return picks[j]; });
+}
+
+VerifyResult verify_greedy(const int32_t* drafts, int32_t n, const float* logits, int64_t V) {
+  return greedy_walk(drafts, n,
+                     [&](int32_t j) { return static_cast<int32_t>(ops::argmax(logits + j * V, V)); });
 }
 
 VerifyResult verify_rejection(const int32_t* drafts, int32_t n, const float* logits,

@@ -24,6 +24,8 @@ struct VerifyResult {
 
 VerifyResult verify_greedy(const int32_t* drafts, int32_t n, const float* target_logits,
                            int64_t vocab);
+// The same from the rows' argmax picks [n + 1] (BatchOut::argmax: no logits made).
+VerifyResult verify_greedy_picks(const int32_t* drafts, int32_t n, const int32_t* picks);
 
 // draft_probs: [n, vocab] processed q rows (from sampling_probs) used to draw the drafts.
 VerifyResult verify_rejection(const int32_t* drafts, int32_t n, const float* target_logits,

@@ -26,6 +26,7 @@
 #include "engine/block_policy.h"
 #include "bench_proposers.h"
 #include "engine/calibrate.h"
+#include "engine/model_assets.h"
 #include "engine/generator.h"
 #include "engine/scheduler.h"
 #include "model/dflash_draft.h"
@@ -45,6 +46,8 @@ const std::vector<FlagSpec> kFlags = with_pipeline_flags({
     {"--tg-projected", "N", "tokens generated per projected (--assume-tau) run (default 256)"},
     {"--verify", "B,B", "verify block sizes of the cost curve (default 1,2,4,8,16)"},
     {"--verify-ctx", "N", "context before the verify block (default 128)"},
+    {"--verify-logits", "", "time decode and verify with every row's logits (what sampling and "
+                            "logprobs need) instead of greedy picks"},
     {"--block-size", "B", "DFlash block incl. the anchor: a number or auto (default: drafter's)"},
     {"--assume-tau", "T[,T]", "PROJECTED speedup: replay acceptance lengths with mean T per cycle "
                               "at the drafter's block (geometric per-position acceptance)"},
@@ -63,6 +66,31 @@ const std::vector<FlagSpec> kFlags = with_pipeline_flags({
 
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
+
+// The verify curve's tokens where the model has a tokenizer: plain English, so the rows' greedy
+// picks see the peaked distributions of real text (random ids give flat ones, where the head
+// screen finishes thousands of outputs per row or computes the row in full).
+constexpr const char* kVerifyText =
+    "The river runs through the middle of the old town, and most of the houses along its banks "
+    "were built by the families who worked the mills upstream. In the spring the water rises "
+    "quickly, so the lower streets have stone walls and heavy wooden gates that are closed when "
+    "the snow in the hills begins to melt. Visitors often come in the summer, when the market "
+    "fills the main square and the cafes put their tables out under the trees. The town hall, a "
+    "tall building with a clock tower, holds a small museum about the history of the region: "
+    "maps, tools from the mills, photographs of the great flood, and letters written by the "
+    "people who rebuilt the bridges afterwards. Children from the local school visit it every "
+    "year, and many of them later say it was the first time they understood how much work it "
+    "takes to keep a place like this safe. The museum is open every day except Monday, and the "
+    "guided tour takes about an hour.";
+
+std::vector<int32_t> verify_text_tokens(const std::string& model) {
+  try {
+    const ModelAssets assets = ModelAssets::load(model);
+    if (assets.tokenizer) return assets.tokenizer->encode(kVerifyText);
+  } catch (const Error&) {
+  }
+  return {};
+}
 
 struct Row {
   std::string test, value, spread, roofline;
@@ -129,6 +157,9 @@ int cmd_bench(int argc, char** argv) {
     return skip.find(key) == std::string::npos;
   };
   const bool as_json = args.has("--json");
+  // Greedy decode and verify need only each row's pick (the engine asks for nothing more for a
+  // greedy request without logprobs); --verify-logits times the all-logits form.
+  const bool picks_only = !args.has("--verify-logits");
   DFL_CHECK(!args.has("--pipeline-parallel") || args.has("--concurrency"),
             "bench --pipeline-parallel measures the engine: it needs --concurrency");
   if (args.has("--concurrency")) {
@@ -319,13 +350,15 @@ int cmd_bench(int argc, char** argv) {
       int32_t tok = 1;
       fa.aux = nullptr;
       fa.logits = LogitsMode::kLast;
+      fa.argmax_only = picks_only;
       for (int32_t i = 0; i < n; ++i) {
         fa.tokens = &tok;
         fa.n = 1;
         fa.pos0 = i;
         target->forward(fa, fo);
-        tok = int32_t(ops::argmax(fo.logits.data(), V));
+        tok = picks_only ? fo.argmax[0] : int32_t(ops::argmax(fo.logits.data(), V));
       }
+      fa.argmax_only = false;
     };
     decode(8);  // warm-up
     const Stat t = time_repeats(R, 0, [&] { decode(tg); });
@@ -371,7 +404,9 @@ int cmd_bench(int argc, char** argv) {
     std::sort(bs.begin(), bs.end());
     bs.erase(std::unique(bs.begin(), bs.end()), bs.end());
     note("verify cost curve");
-    tcurve = measure_verify_curve(*target, 0, bs, vctx, R, aux);
+    const std::vector<int32_t> text = verify_text_tokens(args.str("--model"));
+    J["verify_tokens"] = text.empty() ? "synthetic ids" : "English text";
+    tcurve = measure_verify_curve(*target, 0, bs, vctx, R, aux, picks_only, text.empty() ? nullptr : &text);
     json vc = json::object(), vm = json::object();
     const double t1 = tcurve.size() > 1 && tcurve[1] > 0 ? tcurve[1] : 0;
     for (int32_t b : bs) {
@@ -381,12 +416,27 @@ int cmd_bench(int argc, char** argv) {
     if (t1 > 0) J["verify_cost"] = vc;
     J["verify_ms"] = vm;
     J["verify_context"] = vctx;
+    J["verify_output"] = picks_only ? "greedy picks" : "all logits";
     for (int32_t b : vbs) {
       const double gf = (b * 2.0 * w_params + b * head_flops + attn_flops(double(b) * (vctx + 0.5 * (b + 1)))) /
                         tcurve[b] / 1e9;
       rows.push_back({str("verify t(", b, ")"), fmt("%.2f ms", tcurve[b] * 1e3), "",
                       (t1 > 0 ? fmt("t(B)/t(1) = %.2f", tcurve[b] / t1) : std::string("")) +
                           fmt(", %.0f GFLOP/s", gf)});
+    }
+  }
+
+  // ---- how the greedy picks went (ops::matmul_argmax's screen) -----------------------------
+  if (picks_only) {
+    const ops::ArgmaxStats st = ops::argmax_stats();
+    const uint64_t all = st.screened_rows + st.full_rows;
+    if (all > 0) {
+      J["argmax_screened_rows"] = st.screened_rows;
+      J["argmax_full_rows"] = st.full_rows;
+      J["argmax_candidates_per_row"] = st.screened_rows ? double(st.candidates) / st.screened_rows : 0.0;
+      rows.push_back({"greedy picks (head screen)",
+                      fmt("%.1f outputs finished per row", st.screened_rows ? double(st.candidates) / st.screened_rows : 0.0),
+                      "", fmt("%.1f%% of ", 100.0 * st.full_rows / all) + str(all, " rows computed in full")});
     }
   }
 
@@ -696,8 +746,9 @@ int cmd_bench(int argc, char** argv) {
   std::printf("## dflash bench: %s%s\n\n", args.str("--model").c_str(),
               args.has("--draft") ? (" + " + args.str("--draft")).c_str() : "");
   const std::string wlabel = J["weights"].get<std::string>();
-  std::printf("%s | %s | %d threads | weights %s | KV %s | %s | load avg %s → %s\n", J["cpu"].get<std::string>().c_str(),
-              J["isa"].get<std::string>().c_str(), threads, wlabel.c_str(), kv_dtype_name(kv_dt),
+  std::printf("%s | %s | %d threads | weights %s | KV %s | decode/verify: %s | %s | load avg %s → %s\n",
+              J["cpu"].get<std::string>().c_str(), J["isa"].get<std::string>().c_str(), threads,
+              wlabel.c_str(), kv_dtype_name(kv_dt), picks_only ? "greedy picks" : "all logits",
               J["date"].get<std::string>().c_str(),
               J["loadavg_start"].get<std::string>().c_str(), J["loadavg_end"].get<std::string>().c_str());
   std::printf("%s, %d layers, hidden %d, vocab %d: %.3f GB of weights read per decoded token; "

@@ -58,6 +58,16 @@ constexpr int64_t kQ4K16SuperBytes = 2048 + 128 + 128 + 64 + 64;
 constexpr int64_t kQ6K16SuperBytes = 2048 + 1024 + 256 + 64;
 
 namespace avx512 {
+// ops::matmul_argmax's screen (kernels/ggml_argmax.cc): max over n of y1[n] − (bound[n]·R +
+// |y1[n]|·rel), *bad when some |y1[n]| > huge or is NaN; the indices n with y1[n] + (bound[n]·R +
+// |y1[n]|·rel) ≥ L in increasing order into idx, their count, or −1 past cap of them.
+float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, float rel,
+                       float huge, bool* bad);
+int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float R, float rel,
+                          float L, int32_t* idx, int64_t cap);
+// One output of a Q8_0 row (nb 34-byte blocks) for an int8 activation row (q, per-block dx): the
+// bits of ggml_portable_dot.
+float q8_0_row_dot(const uint8_t* row, const int8_t* q, const float* dx, int64_t nb);
 // GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
 bool ggml_supported(int dtype);
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
