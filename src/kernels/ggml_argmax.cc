@@ -120,6 +120,20 @@ int32_t finish_row(const float* y1, const float* bound, int64_t V, float R, cons
   return static_cast<int32_t>(best_n);
 }
 
+// The moving average of the fallback rate (weight 1/8 per chunk); above 1/2 the next
+// kSkipCalls calls skip the screen, then it is tried again from a rate of 1/4.
+constexpr int32_t kSkipCalls = 64;
+void note_misses(ArgmaxScreen::Health& h, int64_t missed, int64_t rows) {
+  const int32_t rate = int32_t(256 * missed / rows);
+  const int32_t m = h.misses.load(std::memory_order_relaxed);
+  int32_t next = m - m / 8 + rate / 8;
+  if (next > 128) {
+    h.skip.store(kSkipCalls, std::memory_order_relaxed);
+    next = 64;
+  }
+  h.misses.store(next, std::memory_order_relaxed);
+}
+
 void logits_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, int32_t* out,
                    ThreadPool& pool) {
   thread_local std::vector<float> y;
@@ -171,11 +185,16 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
                    const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
   if (n_rows <= 0) return;
   const int64_t K = w.n_in, V = w.n_out;
-  const bool screened = !screen.empty() && screen.dtype == w.dtype && screen.n_in == K &&
+  bool screened = !screen.empty() && screen.dtype == w.dtype && screen.n_in == K &&
                         static_cast<int64_t>(screen.bound.size()) == V &&
                         ggml_activations() == GgmlActivations::kInt8x2 &&
                         (w.packed_format == kPackedNone || w.packed_format == kPackedQ32x16 ||
                          w.packed_format == kPackedQ6K16);
+  ArgmaxScreen::Health& health = *screen.health;
+  if (screened && health.skip.load(std::memory_order_relaxed) > 0) {
+    health.skip.fetch_sub(1, std::memory_order_relaxed);
+    screened = false;
+  }
   if (!screened) {
     logits_argmax(x, n_rows, w, out, pool);
     return;
@@ -217,6 +236,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     redo.clear();
     for (int64_t r = 0; r < M; ++r)
       if (out[m0 + r] < 0) redo.push_back(r);
+    note_misses(health, int64_t(redo.size()), M);
     if (redo.empty()) continue;
     g_full.fetch_add(redo.size(), std::memory_order_relaxed);
     if (xr.size() < redo.size() * size_t(K)) xr.resize(redo.size() * size_t(K));

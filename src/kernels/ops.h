@@ -8,7 +8,9 @@
 // together, on the thread count, or on the block size.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
@@ -314,6 +316,14 @@ struct ArgmaxScreen {
   std::vector<float> bound;
   DType dtype = DType::kF32;
   int64_t n_in = 0;
+  // How the screen has been doing on this weight (flat rows — random ids, high-entropy text —
+  // have too many candidates and are computed twice): while most recent rows fell back, calls
+  // take the logits path for a while. Speed only: both paths give the same index.
+  struct Health {
+    std::atomic<int32_t> misses{0};  // recent fallback rate, 1/256 units (moving average)
+    std::atomic<int32_t> skip{0};    // calls left on the logits path
+  };
+  std::shared_ptr<Health> health = std::make_shared<Health>();
   bool empty() const { return bound.empty(); }
 };
 ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool = nullptr);

@@ -197,3 +197,32 @@ TEST(MatmulArgmax, NonFiniteAndAllTiedRowsAreComputedInFull) {
 
 }  // namespace
 }  // namespace dfl
+
+namespace dfl {
+namespace {
+
+// Flat rows (every output tied) fall back every time; after a few such calls the screen steps
+// aside for a while (logits path: no double work), and the picks stay the same.
+TEST(MatmulArgmax, AScreenThatKeepsFailingStepsAside) {
+  ThreadPool pool(2);
+  ActScope act(GgmlActivations::kInt8x2);
+  auto wb = test::random_blocks(DType::kQ8_0, 1, kK, 4);
+  std::vector<uint8_t> same;
+  for (int r = 0; r < 900; ++r) same.insert(same.end(), wb.begin(), wb.end());
+  const WeightMatrix w = ggml_weight(DType::kQ8_0, 900, kK, same.data());
+  const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
+  const auto x = test::randn(size_t(2 * kK), 3);
+  const auto want = reference_argmax(x.data(), 2, w, pool);
+  uint64_t last = ops::argmax_stats().full_rows, grew = 0;
+  for (int call = 0; call < 20; ++call) {
+    EXPECT_EQ(screened_argmax(x.data(), 2, w, screen, pool), want);
+    const uint64_t now = ops::argmax_stats().full_rows;
+    grew += now > last;
+    last = now;
+  }
+  EXPECT_LE(grew, 8u) << "the screen kept running on rows it cannot settle";
+  EXPECT_GE(grew, 3u);
+}
+
+}  // namespace
+}  // namespace dfl
