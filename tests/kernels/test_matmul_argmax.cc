@@ -177,14 +177,21 @@ TEST(MatmulArgmax, IdenticalRowsGiveTheFirstIndex) {
   }
 }
 
+// kTied identical Q8_0 rows of kK: every output ties with every other.
+constexpr int64_t kTied = 900;
+std::vector<uint8_t> all_tied_blocks() {
+  const auto row = test::random_blocks(DType::kQ8_0, 1, kK, 4);
+  std::vector<uint8_t> same;
+  for (int64_t r = 0; r < kTied; ++r) same.insert(same.end(), row.begin(), row.end());
+  return same;
+}
+
 TEST(MatmulArgmax, NonFiniteAndAllTiedRowsAreComputedInFull) {
   ThreadPool pool(2);
   ActScope act(GgmlActivations::kInt8x2);
   // Every row identical: every output is a candidate, more than a screen is worth.
-  auto wb = test::random_blocks(DType::kQ8_0, 1, kK, 4);
-  std::vector<uint8_t> same;
-  for (int r = 0; r < 900; ++r) same.insert(same.end(), wb.begin(), wb.end());
-  const WeightMatrix w = ggml_weight(DType::kQ8_0, 900, kK, same.data());
+  const std::vector<uint8_t> same = all_tied_blocks();
+  const WeightMatrix w = ggml_weight(DType::kQ8_0, kTied, kK, same.data());
   const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
   auto x = test::randn(size_t(4 * kK), 2);
   x[5] = INFINITY;                          // row 0
@@ -195,21 +202,13 @@ TEST(MatmulArgmax, NonFiniteAndAllTiedRowsAreComputedInFull) {
   EXPECT_EQ(ops::argmax_stats().full_rows - before.full_rows, 4u);
 }
 
-}  // namespace
-}  // namespace dfl
-
-namespace dfl {
-namespace {
-
 // Flat rows (every output tied) fall back every time; after a few such calls the screen steps
 // aside for a while (logits path: no double work), and the picks stay the same.
 TEST(MatmulArgmax, AScreenThatKeepsFailingStepsAside) {
   ThreadPool pool(2);
   ActScope act(GgmlActivations::kInt8x2);
-  auto wb = test::random_blocks(DType::kQ8_0, 1, kK, 4);
-  std::vector<uint8_t> same;
-  for (int r = 0; r < 900; ++r) same.insert(same.end(), wb.begin(), wb.end());
-  const WeightMatrix w = ggml_weight(DType::kQ8_0, 900, kK, same.data());
+  const std::vector<uint8_t> same = all_tied_blocks();
+  const WeightMatrix w = ggml_weight(DType::kQ8_0, kTied, kK, same.data());
   const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
   const auto x = test::randn(size_t(2 * kK), 3);
   const auto want = reference_argmax(x.data(), 2, w, pool);
