@@ -85,9 +85,11 @@ class DFlashDraftModel {
 
   // Runs the jobs (file comment). logits: for each job with a block, its rows 1..n_block−1 (rows
   // 0..n_block−2 for a sample_from_anchor drafter: row j predicts s + j + 1) in job order → [Σ (n_block − 1), out_vocab()] (draft ids when own_head()). `hidden` (optional): the final-normed rows of every block
-  // [Σ n_block, H]. Throws dfl::Error when the pool is out of pages.
+  // [Σ n_block, H]. `picks` (optional): instead of the logits, each of those rows' argmax (greedy
+  // drafts; the head's screen skips most of the work, ops::matmul_argmax), logits left empty.
+  // Throws dfl::Error when the pool is out of pages.
   void run(const std::vector<DraftJob>& jobs, CausalLM& target, std::vector<float>& logits,
-           std::vector<float>* hidden = nullptr);
+           std::vector<float>* hidden = nullptr, std::vector<int32_t>* picks = nullptr);
 
   // Single-sequence forms (tests, tools).
   void append_context(int32_t seq, const float* taps, int32_t n, int32_t pos0);
@@ -102,7 +104,7 @@ class DFlashDraftModel {
   void prepare(const std::vector<DraftJob>& jobs);  // checks + room in the pool
   void append_contexts(const std::vector<DraftJob>& jobs);
   void draft_blocks(const std::vector<DraftJob>& jobs, CausalLM& target, std::vector<float>& logits,
-                    std::vector<float>* hidden);
+                    std::vector<float>* hidden, std::vector<int32_t>* picks);
 
   ModelConfig cfg_;
   std::unique_ptr<Checkpoint> ck_owned_;  // safetensors folder or GGUF file (z-lab names)

@@ -49,7 +49,22 @@ void DFlashProposer::propose_batch(const std::vector<ProposeJob>& jobs) {
   }
   const DFlash2Parts* v2 = drafter_->dflash2();
   const bool selector = v2 && v2->spec().has_selector();
-  drafter_->run(jobs_, target_, logits_, selector ? &hidden_ : nullptr);
+  // Greedy drafts of a plain DFlash drafter need only each row's argmax (no logits made).
+  bool greedy = !v2;
+  for (const ProposeJob& j : jobs) greedy &= !j.n_draft || j.params->greedy();
+  drafter_->run(jobs_, target_, logits_, selector ? &hidden_ : nullptr, greedy ? &picks_ : nullptr);
+  if (greedy) {
+    const std::vector<int32_t>& ids = drafter_->draft_to_target();
+    size_t row = 0;
+    for (const ProposeJob& j : jobs) {
+      if (!j.n_draft) continue;
+      j.out->probs.clear();
+      j.out->tokens.resize(size_t(j.n_draft));
+      for (int32_t k = 0; k < j.n_draft; ++k, ++row)
+        j.out->tokens[size_t(k)] = ids.empty() ? picks_[row] : ids[size_t(picks_[row])];
+    }
+    return;
+  }
   const int64_t V = drafter_->out_vocab();
   const int32_t H = drafter_->config().hidden_size;
   size_t row = 0, hrow = 0;

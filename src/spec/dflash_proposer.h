@@ -36,6 +36,7 @@ class DFlashProposer final : public Proposer {
   std::vector<DraftJob> jobs_;
   std::vector<int32_t> blocks_;   // every job's [anchor, MASK × n_draft]
   std::vector<float> logits_, q_, hidden_, proj_;
+  std::vector<int32_t> picks_;  // greedy drafts: each row's argmax
   SelectorRow sel_;
 };
 

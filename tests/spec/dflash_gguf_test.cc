@@ -48,6 +48,36 @@ TEST(DFlashGguf, BlockLogitsBitIdentical) {
   EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), sizeof(float) * la.size()));
 }
 
+// The greedy form of DFlashDraftModel::run (picks instead of logits): for two sequences'
+// blocks at once, each pick is the argmax of that row's logits from the logits form.
+TEST(DFlashGguf, DraftPicksAreTheLogitsArgmax) {
+  auto pool = test::make_pool();
+  LoadOptions lo;
+  lo.n_seqs = 2;
+  auto target = load_causal_lm(test::fixture(kTarget), lo, *pool);
+  DFlashDraftModel d(test::fixture("dflash/zlab_full_gguf/draft.gguf"), *target, lo, *pool);
+  const std::vector<int32_t> prompt = {5, 17, 42, 99, 7, 3, 250, 11};
+  const ForwardOut fo = test::run_forward(*target, prompt, LogitsMode::kNone, &d.target_aux_indices());
+  const int32_t B = d.dflash().block_size, V = target->config().vocab_size;
+  std::vector<int32_t> b0(size_t(B), d.dflash().mask_token_id), b1(size_t(B - 3), d.dflash().mask_token_id);
+  b0[0] = 13;
+  b1[0] = 42;
+  std::vector<float> logits;
+  std::vector<int32_t> picks, want;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int s = 0; s < 2; ++s) d.kv().clear(s);
+    std::vector<DraftJob> jobs(2);
+    jobs[0] = {0, fo.aux.data(), int32_t(prompt.size()), b0.data(), B};
+    jobs[1] = {1, fo.aux.data(), 5, b1.data(), B - 3};
+    d.run(jobs, *target, logits, nullptr, pass ? &picks : nullptr);
+    if (pass) continue;
+    ASSERT_EQ(logits.size(), size_t(2 * B - 5) * V);
+    want = test::argmax_rows(logits.data(), 2 * B - 5, V);
+  }
+  EXPECT_TRUE(logits.empty());
+  EXPECT_EQ(picks, want);
+}
+
 TEST(DFlashGguf, EngineOutputIdenticalToTheSafetensorsDrafter) {
   std::vector<std::vector<int32_t>> out(2);
   std::vector<RequestStats> stats(2);

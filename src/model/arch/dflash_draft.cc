@@ -349,6 +349,7 @@ void DFlashDraftModel::load_draft_vocab(const std::string& dir, const CausalLM& 
             "lm_head.weight' [draft_vocab_size, hidden]: a reduced-vocabulary drafter needs its own head");
   head_.lm_head = load_linear(ck_, prefix_ + "lm_head.weight", Vd, H);
   convert_weight(head_.lm_head, opts, owned_, &pool_);
+  head_.prepare_argmax(&pool_);
   head_.vocab = Vd;
   head_.hidden = H;
   // d2t[i] = target_id − i (speculators' convention: target_id = draft_id + d2t[draft_id]).
@@ -383,10 +384,11 @@ void DFlashDraftModel::load_draft_vocab(const std::string& dir, const CausalLM& 
 }
 
 void DFlashDraftModel::run(const std::vector<DraftJob>& jobs, CausalLM& target,
-                           std::vector<float>& logits, std::vector<float>* hidden) {
+                           std::vector<float>& logits, std::vector<float>* hidden,
+                           std::vector<int32_t>* picks) {
   prepare(jobs);
   append_contexts(jobs);
-  draft_blocks(jobs, target, logits, hidden);
+  draft_blocks(jobs, target, logits, hidden, picks);
 }
 
 void DFlashDraftModel::prepare(const std::vector<DraftJob>& jobs) {
@@ -439,7 +441,8 @@ void DFlashDraftModel::append_contexts(const std::vector<DraftJob>& jobs) {
 }
 
 void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM& target,
-                                    std::vector<float>& logits, std::vector<float>* hidden) {
+                                    std::vector<float>& logits, std::vector<float>* hidden,
+                                    std::vector<int32_t>* picks) {
   const int32_t H = cfg_.hidden_size;
   const float eps = cfg_.rms_norm_eps;
   psegs_.clear();
@@ -452,11 +455,10 @@ void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM&
     rows += j.n_block;
     out_rows += j.n_block - 1;
   }
-  if (!rows) {
-    logits.clear();
-    return;
-  }
-  logits.resize(size_t(out_rows) * size_t(out_vocab()));
+  if (picks) picks->resize(size_t(out_rows));
+  if (!rows || picks) logits.clear();
+  if (!rows) return;
+  if (!picks) logits.resize(size_t(out_rows) * size_t(out_vocab()));
   plan_.build(psegs_.data(), int32_t(psegs_.size()), ropes_);
   float* x = Scratch::ensure(x_, size_t(rows) * H);
   target.embed(tokens_.data(), rows, x);
@@ -484,8 +486,10 @@ void DFlashDraftModel::draft_blocks(const std::vector<DraftJob>& jobs, CausalLM&
     std::copy_n(x + size_t(g.row0 + first) * H, size_t(g.n - 1) * H, xl + size_t(o) * H);
     o += g.n - 1;
   }
-  if (own_head()) head_.logits(xl, out_rows, logits.data(), pool_);  // [out_rows, draft_vocab]
-  else target.lm_head(xl, out_rows, logits.data());                  // [out_rows, target vocab]
+  if (picks && own_head()) head_.argmax(xl, out_rows, picks->data(), pool_);  // draft ids
+  else if (picks) target.lm_head_argmax(xl, out_rows, picks->data());       // target ids
+  else if (own_head()) head_.logits(xl, out_rows, logits.data(), pool_);  // [out_rows, draft_vocab]
+  else target.lm_head(xl, out_rows, logits.data());                       // [out_rows, target vocab]
 }
 
 void DFlashDraftModel::append_context(int32_t seq, const float* taps, int32_t n, int32_t pos0) {
