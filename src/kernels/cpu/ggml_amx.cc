@@ -173,6 +173,12 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
   using P1 = std::integral_constant<int, 1>;
   auto step = [&](auto pc, int64_t i) DFL_INLINE {
     constexpr int P = decltype(pc)::value;
+    // Block seq[i + 4] of this tile into L1 (its tile load is two steps after this one's): the
+    // B tile loads were waiting on L2 (Gemma head Q8_0 at 16 rows 8.8-9.0 -> 7.7-7.8 ms).
+    if (i + 4 < n) {
+      const char* l1 = reinterpret_cast<const char*>(tile + seq[i + 4] * BB);
+      for (int64_t o = 0; o < BB; o += 64) _mm_prefetch(l1 + o, _MM_HINT_T0);
+    }
     unpack(i + 4);
     if (i + 2 < n) product(pc, i + 2);
     if (i + 1 < n) store_product<1 - P>(c[1 - P]);
