@@ -143,7 +143,7 @@ void logits_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, int32_
     const int64_t M = std::min(kRows, n_rows - m0);
     if (y.size() < static_cast<size_t>(M * V)) y.resize(static_cast<size_t>(M * V));
     matmul(x + m0 * w.n_in, M, w, y.data(), pool);
-    for (int64_t m = 0; m < M; ++m) out[m0 + m] = static_cast<int32_t>(argmax(y.data() + m * V, V));
+    argmax_rows(y.data(), M, V, out + m0);
   }
 }
 

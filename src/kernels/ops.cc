@@ -440,6 +440,10 @@ int64_t argmax(const float* x, int64_t n) {
   return best;
 }
 
+void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = static_cast<int32_t>(argmax(x + r * n, n));
+}
+
 }  // namespace dfl::ops
 
 namespace dfl {

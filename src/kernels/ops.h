@@ -299,6 +299,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
 
 // Index of the largest element (first one on ties).
 int64_t argmax(const float* x, int64_t n);
+// out[r] = argmax of row r of x [rows, n].
+void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out);
 
 // Greedy picks without the logits. out[m] := argmax(y row m) for y = matmul(x, w) — the index
 // ops::argmax gives on ops::matmul's output, always (ties: the first; a row with a non-finite

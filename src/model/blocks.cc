@@ -120,7 +120,7 @@ void OutputHead::argmax(const float* x_normed, int64_t n, int32_t* out, ThreadPo
   thread_local std::vector<float> y;
   float* l = Scratch::ensure(y, size_t(n) * vocab);
   logits(x_normed, n, l, pool);
-  for (int64_t i = 0; i < n; ++i) out[i] = int32_t(ops::argmax(l + i * int64_t(vocab), vocab));
+  ops::argmax_rows(l, n, vocab, out);
 }
 
 void OutputHead::norm_argmax(const float* x, int64_t n, int32_t* out, std::vector<float>& tmp,

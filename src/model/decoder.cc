@@ -257,7 +257,7 @@ void CausalLM::lm_head_argmax(const float* x_normed, int64_t n, int32_t* out) {
   thread_local std::vector<float> logits;
   if (logits.size() < size_t(n * V)) logits.resize(size_t(n * V));
   lm_head(x_normed, n, logits.data());
-  for (int64_t i = 0; i < n; ++i) out[i] = int32_t(ops::argmax(logits.data() + i * V, V));
+  ops::argmax_rows(logits.data(), n, V, out);
 }
 
 void CausalLM::forward(const ForwardArgs& a, ForwardOut& out) {
