@@ -520,9 +520,13 @@ PackedWeight prepack_q32x16(const WeightMatrix& w, ThreadPool* pool) {
         std::memset(dst, 0, static_cast<size_t>(BB));
         for (int64_t o = 0; o < 16 && ti * 16 + o < w.n_out; ++o) {
           const uint8_t* blk = static_cast<const uint8_t*>(w.data) + ((ti * 16 + o) * nb + b) * bbsrc;
-          if (t == DType::kQ8_0) {
-            for (int g = 0; g < 8; ++g)
-              for (int i = 0; i < 4; ++i) dst[g * 64 + o * 4 + i] = static_cast<uint8_t>(blk[2 + 4 * g + i] ^ 0x80);
+          if (t == DType::kQ8_0) {  // u = q + 128: the sign bit of each byte flipped, 4 at a time
+            for (int g = 0; g < 8; ++g) {
+              uint32_t v;
+              std::memcpy(&v, blk + 2 + 4 * g, 4);
+              v ^= 0x80808080u;
+              std::memcpy(dst + g * 64 + o * 4, &v, 4);
+            }
           } else {
             const uint8_t* q = blk + (t == DType::kQ5_0 ? 6 : 2);
             for (int g = 0; g < 4; ++g) std::memcpy(dst + g * 64 + o * 4, q + 4 * g, 4);
