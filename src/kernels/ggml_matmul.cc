@@ -530,14 +530,16 @@ PackedWeight prepack_q32x16(const WeightMatrix& w, ThreadPool* pool) {
           } else {
             const uint8_t* q = blk + (t == DType::kQ5_0 ? 6 : 2);
             for (int g = 0; g < 4; ++g) std::memcpy(dst + g * 64 + o * 4, q + 4 * g, 4);
-            if (t == DType::kQ5_0) {  // 5th bits as byte masks: one per 64-byte qs group
+            if (t == DType::kQ5_0) {  // 5th bits as u64 masks: one per 64-byte qs group
               uint32_t h;
               std::memcpy(&h, blk + 2, 4);
-              for (int g = 0; g < 8; ++g)  // g < 4: elements 4g + i, else 16 + 4(g − 4) + i
-                for (int i = 0; i < 4; ++i) {
-                  const int e = (g < 4 ? 4 * g : 16 + 4 * (g - 4)) + i, bit = 4 * static_cast<int>(o) + i;
-                  if ((h >> e) & 1) dst[256 + 8 * g + bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
-                }
+              for (int g = 0; g < 8; ++g) {  // g < 4: elements 4g + i, else 16 + 4(g − 4) + i
+                const int e0 = g < 4 ? 4 * g : 16 + 4 * (g - 4);  // → bits 4o + i of mask g
+                uint64_t m;
+                std::memcpy(&m, dst + 256 + 8 * g, 8);
+                m |= uint64_t((h >> e0) & 0xFu) << (4 * o);
+                std::memcpy(dst + 256 + 8 * g, &m, 8);
+              }
             }
           }
           const float d = ref::f16_at(blk);

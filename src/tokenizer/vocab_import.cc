@@ -4,9 +4,9 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string_view>
-#include <unordered_map>
 
 #include "core/error.h"
+#include "tokenizer/flat_map.h"
 #include "tokenizer/json_load.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -197,9 +197,13 @@ Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
         toks[i] = replace_all(toks[i], " ", kSpm);
         scores[i] = 0.0f;
       }
-    std::unordered_map<std::string_view, int32_t> id;
-    id.reserve(toks.size() * 2);
-    for (size_t i = 0; i < toks.size(); ++i) id.emplace(toks[i], static_cast<int32_t>(i));
+    // Token text → its first id (a repeated text keeps the first, as llama.cpp's map does).
+    tok::StringIds id;
+    size_t bytes = 0;
+    for (const std::string& t : toks) bytes += t.size();
+    id.reserve(toks.size(), bytes);
+    for (size_t i = 0; i < toks.size(); ++i)
+      if (id.find(toks[i]) < 0) id.insert(toks[i], static_cast<int32_t>(i));
     struct M {
       int32_t l, r;
       float score;
@@ -212,11 +216,11 @@ Tokenizer Tokenizer::from_vocab(const TokenizerVocab& v) {
       local.clear();
       for (size_t p = utf8::char_len(static_cast<unsigned char>(s[0])); p < s.size();
            p += utf8::char_len(static_cast<unsigned char>(s[p]))) {
-        auto a = id.find(s.substr(0, p));
-        if (a == id.end()) continue;
-        auto b = id.find(s.substr(p));
-        if (b == id.end()) continue;
-        local.push_back({a->second, b->second, scores[i], 0, 0});
+        const int32_t a = id.find(s.substr(0, p));
+        if (a < 0) continue;
+        const int32_t b = id.find(s.substr(p));
+        if (b < 0) continue;
+        local.push_back({a, b, scores[i], 0, 0});
       }
       std::sort(local.begin(), local.end(),
                 [](const M& x, const M& y) { return x.l != y.l ? x.l < y.l : x.r < y.r; });
