@@ -75,8 +75,9 @@ TEST(Cli, GreedyRunMatchesTransformersGolden) {
     Golden g(dir + "/golden.safetensors");
     const auto prompt = g.i32("prompt_ids");
     const auto want = g.i32("greedy_ids");
+    // f32 K/V: the reference oracle's own precision (the command line defaults to bf16).
     const Proc p = run_dflash("run --model " + dir + " --prompt-ids " + ids_csv(prompt) +
-                              " --max-tokens 32 --ignore-eos --json --threads 2");
+                              " --max-tokens 32 --ignore-eos --json --threads 2 --kv-dtype f32");
     ASSERT_EQ(p.rc, 0) << p.err;
     const auto j = nlohmann::json::parse(p.out);
     EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), want) << name;
@@ -465,8 +466,9 @@ TEST(Cli, KvDtypeBf16) {
   const Proc spec = run_dflash(common + " --draft " + fixture("dflash/mixed_swa/draft") + " --block-size 5");
   ASSERT_EQ(spec.rc, 0) << spec.err;
   EXPECT_EQ(nlohmann::json::parse(spec.out)["token_ids"], nlohmann::json::parse(plain.out)["token_ids"]);
-  const Proc i32 = run_dflash("inspect " + fixture("configs/Qwen3.5-27B") + " --json");
-  const Proc i16 = run_dflash("inspect " + fixture("configs/Qwen3.5-27B") + " --json --kv-dtype bf16");
+  // bf16 is the command line's default; f32 on request.
+  const Proc i32 = run_dflash("inspect " + fixture("configs/Qwen3.5-27B") + " --json --kv-dtype f32");
+  const Proc i16 = run_dflash("inspect " + fixture("configs/Qwen3.5-27B") + " --json");
   ASSERT_EQ(i32.rc, 0) << i32.err;
   ASSERT_EQ(i16.rc, 0) << i16.err;
   const auto a = nlohmann::json::parse(i32.out)["kv_cache"], b = nlohmann::json::parse(i16.out)["kv_cache"];

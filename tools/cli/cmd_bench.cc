@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "run_common.h"
 #include "bench_concurrency.h"
 #include "pipeline_cli.h"
 #include "bench_machine.h"
@@ -54,7 +55,7 @@ const std::vector<FlagSpec> kFlags = with_pipeline_flags({
     {"--sweep", "B,B", "with --assume-tau: also run these fixed block sizes and auto, compared"},
     {"--weights", "FMT", "bf16 (default: as stored, prepacked where the machine has a faster "
                          "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
-    {"--kv-dtype", "T", "KV-cache element type: f32 (default) | bf16 (half the bytes)"},
+    {"--kv-dtype", "T", "KV-cache element type: bf16 (default, as dflash run) | f32"},
     {"--bw-mib", "MiB", "buffer of the bandwidth test (default 1024)"},
     {"--skip", "LIST", "skip parts: machine,prefill,decode,verify,draft,dflash"},
     {"--concurrency", "C,C", "batched engine throughput with C requests at once (e.g. 1,4,16): "
@@ -144,10 +145,7 @@ int cmd_bench(int argc, char** argv) {
   LoadOptions lo;
   lo.weights_format = wfmt;
   lo.prepack = wname != "stored";
-  KvDtype kv_dt = KvDtype::kF32;
-  const std::string kv_name = args.str("--kv-dtype", "f32");
-  DFL_CHECK(kv_dtype_from_name(kv_name.c_str(), &kv_dt), "--kv-dtype must be f32 or bf16, got '",
-            kv_name, "'");
+  const KvDtype kv_dt = parse_kv_dtype(args);
   lo.kv_dtype = kv_dt;
   const std::string skip = "," + args.str("--skip") + ",";
   auto run_part = [&](const char* p) {

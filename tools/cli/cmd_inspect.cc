@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "run_common.h"
 #include "commands.h"
 #include "inspect_pipeline.h"
 #include "core/error.h"
@@ -23,7 +24,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--json", "", "print one JSON object"},
     {"--context", "N", "context length for the KV-memory figures (default 4096)"},
     {"--block-size", "B", "speculative block size: the rollback slack of sliding rings (default 16)"},
-    {"--kv-dtype", "T", "KV element type the bytes are counted in: f32 (default) | bf16"},
+    {"--kv-dtype", "T", "KV element type the bytes are counted in: bf16 (default, as dflash run) | f32"},
     {"--pipeline-parallel", "N", "also print the N-stage pipeline split: layers, weight and KV bytes per "
                                  "rank, bytes per token across the stage boundaries"},
     {"--pp-layers", "A,B,...", "with --pipeline-parallel: layers per stage (default: split by weight bytes)"},
@@ -205,10 +206,7 @@ int cmd_inspect(int argc, char** argv) {
   const int64_t slack = args.integer("--block-size", 16);
   DFL_CHECK(slack > 0 && slack <= 256, "--block-size must be in [1, 256]");
   const ModelConfig c = load_model_config(args.positional()[0]);
-  KvDtype kv_dt = KvDtype::kF32;
-  const std::string kv_name = args.str("--kv-dtype", "f32");
-  DFL_CHECK(kv_dtype_from_name(kv_name.c_str(), &kv_dt), "--kv-dtype must be f32 or bf16, got '",
-            kv_name, "'");
+  const KvDtype kv_dt = parse_kv_dtype(args);
   auto j = describe(c, context, static_cast<int32_t>(slack), kv_dt);
   if (args.has("--pipeline-parallel")) {
     PipelineInspect pi;

@@ -29,7 +29,7 @@ const std::vector<FlagSpec> kFlags = with_pipeline_flags({
     {"--served-model-name", "N", "model name in /v1/models and responses (default: the folder name)"},
     {"--kv-memory", "B", "KV-cache budget in bytes, suffixes K M G allowed (default: enough for "
                          "--max-seqs full contexts)"},
-    {"--kv-dtype", "T", "KV-cache element type: f32 (default) | bf16 (half the bytes), as for dflash run"},
+    {"--kv-dtype", "T", "KV-cache element type: bf16 (default) | f32, as for dflash run"},
     {"--max-seqs", "M", "sequences running at once (default 16)"},
     {"--max-batch-tokens", "N", "rows per target forward, the chunked-prefill budget (default 512)"},
     {"--max-queue", "N", "waiting requests before 429 (default 4096)"},
