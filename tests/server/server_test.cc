@@ -488,7 +488,7 @@ TEST(Server, DrainFinishesRunningThenStops) {
     expect_error(late, 503);
   }
   auto res = running.get();
-  ASSERT_TRUE(res);
+  ASSERT_TRUE(res) << "the running request got no response: " << httplib::to_string(res.error());
   EXPECT_EQ(res->status, 200);
   bool done = false;
   const std::vector<Json> evs = sse_events(res->body, &done);
