@@ -1,0 +1,20 @@
+// AMX-INT8 tile-op probe (bench_amx_tiles.cc): runs `iters` tile operations of one kind on
+// L1-resident data. Only call where amx_usable() && cpu_features().amx_int8.
+#pragma once
+
+#include <cstdint>
+
+namespace dfl::bench {
+
+enum class AmxProbe {
+  kIndependentProducts,  // tdpbssd into 4 C tiles in turn, A and B changing every product
+  kSharedB,              // two A tiles × one B tile, into 2 C tiles in turn
+  kSharedA,              // one A tile × two B tiles, into 2 C tiles in turn
+  kDependentProducts,    // tdpbssd into one C tile, the same A and B: its latency
+  kKernelStep,           // tile load A, load B, zero C, tdpbssd, tile store C: one kernel step
+};
+
+// k_bytes: the A tile's bytes per row (32: one GGML 32-block; 64: the widest tile).
+void amx_tile_probe(AmxProbe kind, int k_bytes, int64_t iters);
+
+}  // namespace dfl::bench

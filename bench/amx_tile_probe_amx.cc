@@ -1,0 +1,68 @@
+// The AMX-INT8 tile-op rates of this machine (bench_amx_tiles.cc times them). Compiled with the
+// AMX flags on its own, so no AMX or AVX-512 code reaches the benchmark's main.
+#include "amx_tile_probe.h"
+
+#include <immintrin.h>
+
+#include "kernels/cpu/amx_tiles.h"
+
+namespace dfl::bench {
+namespace {
+
+alignas(64) int8_t g_a[2][16 * 64];
+alignas(64) int8_t g_b[2][16 * 64];
+alignas(64) int32_t g_c[16 * 16];
+
+}  // namespace
+
+void amx_tile_probe(AmxProbe kind, int k_bytes, int64_t iters) {
+  // A tiles (tmm0/1): 16 rows × k_bytes; B (tmm2/3): k_bytes / 4 rows × 64 bytes; C: 16 × 16 int32.
+  const uint8_t kr = static_cast<uint8_t>(k_bytes / 4);
+  const uint16_t kb = static_cast<uint16_t>(k_bytes);
+  cpu::amx::configure_tiles({16, 16, kr, kr, 16, 16, 16, 16}, {kb, kb, 64, 64, 64, 64, 64, 64});
+  _tile_loadd(0, g_a[0], 64);
+  _tile_loadd(1, g_a[1], 64);
+  _tile_loadd(2, g_b[0], 64);
+  _tile_loadd(3, g_b[1], 64);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+  switch (kind) {
+    case AmxProbe::kIndependentProducts:  // 4 products into 4 C tiles per iteration
+      for (int64_t i = 0; i < iters; i += 4) {
+        _tile_dpbssd(4, 0, 2);
+        _tile_dpbssd(5, 1, 3);
+        _tile_dpbssd(6, 0, 3);
+        _tile_dpbssd(7, 1, 2);
+      }
+      break;
+    case AmxProbe::kSharedB:  // two A tiles × the same B into 2 C tiles
+      for (int64_t i = 0; i < iters; i += 2) {
+        _tile_dpbssd(4, 0, 2);
+        _tile_dpbssd(5, 1, 2);
+      }
+      break;
+    case AmxProbe::kSharedA:  // the same A × two B tiles into 2 C tiles
+      for (int64_t i = 0; i < iters; i += 2) {
+        _tile_dpbssd(4, 0, 2);
+        _tile_dpbssd(5, 0, 3);
+      }
+      break;
+    case AmxProbe::kDependentProducts:  // one C tile: each product waits for the last
+      for (int64_t i = 0; i < iters; ++i) _tile_dpbssd(4, 0, 2);
+      break;
+    case AmxProbe::kKernelStep:  // what the GGML kernels do per 32-block: load A, B, zero, product, store C
+      for (int64_t i = 0; i < iters; ++i) {
+        _tile_loadd(0, g_a[i & 1], 64);
+        _tile_loadd(2, g_b[i & 1], 64);
+        _tile_zero(4);
+        _tile_dpbssd(4, 0, 2);
+        _tile_stored(4, g_c, 64);
+      }
+      break;
+  }
+  _tile_release();
+}
+
+}  // namespace dfl::bench

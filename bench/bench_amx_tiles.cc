@@ -1,0 +1,39 @@
+// What one AMX-INT8 tile operation costs on this machine (ns per operation, L1-resident data):
+// the floor under the GGML AMX kernels (cpu/ggml_amx.cc, cpu/kquant_ggml_amx.cc), which issue one
+// 16-row × 16-output product per 32-element block (A tiles of 32 bytes per row: half the 64 a
+// tile can take, at the same cost per product where the TMUL's rate is per product).
+//   build/bench/bench_amx_tiles
+#include <benchmark/benchmark.h>
+
+#include "amx_tile_probe.h"
+#include "core/cpu_features.h"
+
+namespace dfl::bench {
+namespace {
+
+void BM_AmxTile(benchmark::State& state, AmxProbe kind) {
+  if (!amx_usable() || !cpu_features().amx_int8) {
+    state.SkipWithError("no usable AMX-INT8 on this machine");
+    return;
+  }
+  const int k_bytes = static_cast<int>(state.range(0));
+  constexpr int64_t kIters = 1 << 16;
+  for (auto _ : state) amx_tile_probe(kind, k_bytes, kIters);
+  // seconds per tile operation (printed with an SI prefix: 15n = 15 ns)
+  state.counters["s_per_op"] = benchmark::Counter(
+      static_cast<double>(kIters) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+BENCHMARK_CAPTURE(BM_AmxTile, independent_products, AmxProbe::kIndependentProducts)
+    ->Arg(32)->Arg(64)->UseRealTime();
+BENCHMARK_CAPTURE(BM_AmxTile, shared_b, AmxProbe::kSharedB)->Arg(32)->Arg(64)->UseRealTime();
+BENCHMARK_CAPTURE(BM_AmxTile, shared_a, AmxProbe::kSharedA)->Arg(32)->Arg(64)->UseRealTime();
+BENCHMARK_CAPTURE(BM_AmxTile, dependent_products, AmxProbe::kDependentProducts)
+    ->Arg(32)->Arg(64)->UseRealTime();
+BENCHMARK_CAPTURE(BM_AmxTile, kernel_step, AmxProbe::kKernelStep)->Arg(32)->Arg(64)->UseRealTime();
+
+}  // namespace
+}  // namespace dfl::bench
+
+BENCHMARK_MAIN();
