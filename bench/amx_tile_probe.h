@@ -15,6 +15,7 @@ enum class AmxProbe {
 };
 
 // k_bytes: the A tile's bytes per row (32: one GGML 32-block; 64: the widest tile).
+// iters: a multiple of 4.
 void amx_tile_probe(AmxProbe kind, int k_bytes, int64_t iters);
 
 }  // namespace dfl::bench

@@ -19,6 +19,10 @@ void amx_tile_probe(AmxProbe kind, int k_bytes, int64_t iters) {
   // A tiles (tmm0/1): 16 rows × k_bytes; B (tmm2/3): k_bytes / 4 rows × 64 bytes; C: 16 × 16 int32.
   const uint8_t kr = static_cast<uint8_t>(k_bytes / 4);
   const uint16_t kb = static_cast<uint16_t>(k_bytes);
+  for (int i = 0; i < 16 * 64; ++i) {  // non-zero operands (a probe must not time a shortcut)
+    g_a[0][i] = g_a[1][i] = static_cast<int8_t>(i * 37 + 11);
+    g_b[0][i] = g_b[1][i] = static_cast<int8_t>(i * 53 - 7);
+  }
   cpu::amx::configure_tiles({16, 16, kr, kr, 16, 16, 16, 16}, {kb, kb, 64, 64, 64, 64, 64, 64});
   _tile_loadd(0, g_a[0], 64);
   _tile_loadd(1, g_a[1], 64);

@@ -1,7 +1,7 @@
 // What one AMX-INT8 tile operation costs on this machine (ns per operation, L1-resident data):
 // the floor under the GGML AMX kernels (cpu/ggml_amx.cc, cpu/kquant_ggml_amx.cc), which issue one
-// 16-row × 16-output product per 32-element block (A tiles of 32 bytes per row: half the 64 a
-// tile can take, at the same cost per product where the TMUL's rate is per product).
+// 16-row × 16-output product per 32-element block (A rows of 32 bytes, half of what a tile takes:
+// Arg 32 against Arg 64 shows whether that halves the work per product or not).
 //   build/bench/bench_amx_tiles
 #include <benchmark/benchmark.h>
 
