@@ -199,7 +199,7 @@ namespace ops {
 // y[m, :] = x[m, :] · Wᵀ for m < n_rows.     x: [n_rows, n_in]   y: [n_rows, n_out]
 // Weights: F32 / F16 / F8_E4M3 (+ block scales): fp32 math. GGML block types (Q8_0, Q4_0,
 // Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the weight stays in its blocks, read once per call for
-// all rows (up to 16; more rows in chunks of 16), unpacked in registers; fp32 activations by
+// all rows (up to 32; more rows in chunks of 32), unpacked in registers; fp32 activations by
 // default, llama.cpp-style int8 activations optionally (GgmlActivations below). AVX-512 and
 // portable code give the same bits. BF16: on AVX-512 the activations
 // are rounded to bf16 (RNE) and multiplied with vdpbf16ps (fp32 accumulation); elsewhere fp32

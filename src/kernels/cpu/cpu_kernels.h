@@ -50,8 +50,9 @@ inline void put_y(float* y, int64_t ldy, int64_t m, int64_t n, float v, int64_t 
     y[m * ldy + n] = v;
 }
 // Activation rows a GGML kernel call handles at once (each weight block is unpacked once per
-// chunk).
-constexpr int64_t kGgmlRowChunk = 16;
+// chunk). 32: a 16-token verify block under int8x2 (2 int8 rows per token) streams the weights
+// once (16 had it stream them twice).
+constexpr int64_t kGgmlRowChunk = 32;
 // Bytes of one (16-output tile, 256-superblock) of the kPackedQ4K16 layout.
 constexpr int64_t kQ4K16SuperBytes = 2048 + 128 + 128 + 64 + 64;
 // ... of the kPackedQ6K16 layout (ql 2048, qh 1024, sc 256, d 64).

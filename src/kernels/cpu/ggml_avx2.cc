@@ -11,7 +11,7 @@
 //    the row's last block add 0 · 0 (acc + 0: the lane keeps its bits);
 //  * K formats: the sub-block dots are multiplied by their integer scales in the lanes and
 //    reduced once per superblock; the fp part is two scalar fmas per superblock.
-// Each weight block is unpacked once for all M (≤ 16) activation rows. The activation
+// Each weight block is unpacked once for all M (≤ kGgmlRowChunk = 32) activation rows. The activation
 // quantization (same bits as the scalar quantize_act) is at the bottom.
 #include <immintrin.h>
 
