@@ -88,7 +88,9 @@ void PipelineLM::release(int32_t seq) {
   }
 }
 
-int64_t PipelineLM::weight_bytes_per_token() const { return stage_->weight_bytes_per_token(); }
+int64_t PipelineLM::weight_bytes_per_token(bool greedy_picks) const {
+  return stage_->weight_bytes_per_token(greedy_picks);
+}
 
 void PipelineLM::forward(const ForwardBatch& b, BatchOut& out) {
   forward_begin(b);

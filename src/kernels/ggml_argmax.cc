@@ -20,6 +20,23 @@
 // non-finite or huge y1, or more candidates than a screen is worth, is computed in full.
 // The formats with two terms per block (Q4_1, Q5_1, Q4_K, Q5_K: scale and min) would need a
 // second norm for the rounding bound; they and every other weight take the logits path.
+//
+// The 6-bit plane (Q8_0 on AVX-512, where the head's weight stream is most of a decode step). A
+// weight q (int8) = 4·h + l with h = q >> 2 (−32..31) and l ∈ {0..3}; the plane keeps h only,
+// read as ŵ = d·(4h + 1.5), so w − ŵ = d·(l − 1.5) =: e with |e| ≤ 1.5·d (measured on Gemma-3-
+// 270M's head: ||e_n|| ≈ 2.5 % of ||w_n||, at most 5.5 %). The plane kernel
+// (cpu/argmax_plane_avx512.cc) computes ŷ1 = fl(Σ ŵ·x̂1) (x̂1 = d1·q1) with |ŷ1 − Σ ŵ·x̂1| ≤
+// γ_p·||ŵ||·||x̂1|| (one fma per block into one accumulator: γ_p = (nb + 2)·2⁻²³), so against
+// the kernel's y1 (|y1 − Σ w·x̂1| ≤ γ·||w||·||x̂1||, γ as above)
+//   |y1_n − ŷ1_n| ≤ P_n·X1,   P_n = (||e_n|| + γ·||w_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) (plane_bound),
+//   X1 ≥ ||x̂1||₂,
+// and the screen runs on ŷ1 with the half-width B_n + P_n·X1 (|y1| ≤ |ŷ1| + P_n·X1: its 2⁻²¹ share
+// is inside P's margin). A candidate is finished as fl(y1 + y2) with both halves from the raw
+// blocks (q8_0_row_dot: the kernels' bits). Per 16 outputs × 32 k the plane holds (416 bytes)
+//   nibbles [4 g][16 o][4]: low = (h + 32) & 15 of element 4g + i, high = of element 16 + 4g + i
+//   high bits [2 j][16 o][4]: bits 2·(v % 4) of vector j = v / 4 = ((h + 32) >> 4) of element
+//                 16·(v % 2) + 4·(v / 2) + i, v = 0..7
+//   d [16 o] f16 (the block's own).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -34,7 +51,7 @@
 namespace dfl::ops {
 namespace {
 
-std::atomic<uint64_t> g_screened{0}, g_candidates{0}, g_full{0};
+std::atomic<uint64_t> g_screened{0}, g_candidates{0}, g_full{0}, g_plane{0};
 
 bool screenable(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ6_K;
@@ -64,28 +81,33 @@ int64_t candidate_cap(int64_t n_out) { return n_out / 16 + 64; }
 
 constexpr float kRel = 0x1p-21f, kHuge = 1e30f;
 
-// Output n, exactly: y1[n] plus the q2 half (the kernels' bits).
-inline float finish_output(float y1, const cpu::GgmlAct& q2, int64_t m, const WeightMatrix& w,
-                           int64_t n, bool simd_q8) {
+// Output n, exactly: y1[n] plus the q2 half (the kernels' bits). On the plane (q1 given), y1 is
+// not the kernel's but ŷ1: both halves come from the raw blocks.
+inline float finish_output(float y1, const cpu::GgmlAct* q1, const cpu::GgmlAct& q2, int64_t m,
+                           const WeightMatrix& w, int64_t n, bool simd_q8) {
   if (simd_q8) {
     const int64_t nb = w.n_in / 32;
-    return y1 + cpu::avx512::q8_0_row_dot(static_cast<const uint8_t*>(w.data) + n * nb * 34,
-                                          q2.q + m * (w.n_in + 256), q2.d + m * nb, nb);
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * nb * 34;
+    if (q1) y1 = cpu::avx512::q8_0_row_dot(row, q1->q + m * (w.n_in + 256), q1->d + m * nb, nb);
+    return y1 + cpu::avx512::q8_0_row_dot(row, q2.q + m * (w.n_in + 256), q2.d + m * nb, nb);
   }
   return y1 + ggml_portable_dot(q2, m, w, n);
 }
 
 // The greedy pick of one row from its y1 row, or -1: compute this row in full. idx: scratch
-// of candidate_cap(V) entries.
+// of candidate_cap(V) entries. Plane (q1 non-null, AVX-512 Q8_0 only): y1 is ŷ1, and the
+// half-width adds plane_bound·X1.
 int32_t finish_row(const float* y1, const float* bound, int64_t V, float R, const cpu::GgmlAct& q2,
-                   int64_t m, const WeightMatrix& w, IsaLevel isa, int32_t* idx) {
+                   int64_t m, const WeightMatrix& w, IsaLevel isa, int32_t* idx,
+                   const cpu::GgmlAct* q1 = nullptr, const float* plane_bound = nullptr,
+                   float X1 = 0) {
   const int64_t cap = candidate_cap(V);
   int64_t count = 0;
   if (isa == IsaLevel::kAvx512) {
     bool bad = false;
-    const float L = cpu::avx512::screen_lower_max(y1, bound, V, R, kRel, kHuge, &bad);
+    const float L = cpu::avx512::screen_lower_max(y1, bound, V, R, kRel, kHuge, &bad, plane_bound, X1);
     if (bad) return -1;
-    count = cpu::avx512::screen_candidates(y1, bound, V, R, kRel, L, idx, cap);
+    count = cpu::avx512::screen_candidates(y1, bound, V, R, kRel, L, idx, cap, plane_bound, X1);
     if (count < 0) return -1;
   } else {
     float L = -std::numeric_limits<float>::infinity();
@@ -109,7 +131,7 @@ int32_t finish_row(const float* y1, const float* bound, int64_t V, float R, cons
   float best = 0.0f;
   for (int64_t i = 0; i < count; ++i) {  // increasing n: the first of equal maxima wins
     const int64_t n = idx[i];
-    const float y = finish_output(y1[n], q2, m, w, n, simd_q8);
+    const float y = finish_output(y1[n], q1, q2, m, w, n, simd_q8);
     if (best_n < 0 || y > best) {
       best = y;
       best_n = n;
@@ -154,8 +176,86 @@ ArgmaxStats argmax_stats() {
   s.screened_rows = g_screened.load(std::memory_order_relaxed);
   s.candidates = g_candidates.load(std::memory_order_relaxed);
   s.full_rows = g_full.load(std::memory_order_relaxed);
+  s.plane_rows = g_plane.load(std::memory_order_relaxed);
   return s;
 }
+
+namespace {
+
+// The plane of a Q8_0 weight and its P_n (top comment).
+void build_plane(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPool* pool) {
+  const int64_t K = w.n_in, nb = K / 32, V = w.n_out, tiles = (V + 15) / 16;
+  auto plane = std::make_shared<HugeArray<uint8_t>>(size_t(tiles * nb * cpu::kQ8PlaneBlockBytes));
+  s.plane_bound.assign(size_t(V), 0.0f);
+  const double gamma_p = double(nb + 2) * 0x1p-23;
+  uint8_t* out = plane->data();
+  auto run = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      double ee[16] = {}, ww[16] = {}, hh[16] = {};
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* bp = out + (t * nb + b) * cpu::kQ8PlaneBlockBytes;
+        for (int o = 0; o < 16; ++o) {
+          const int64_t n = 16 * t + o;
+          if (n >= V) continue;  // padding outputs: all-zero bytes (u = 0, d = +0)
+          const uint8_t* blk = static_cast<const uint8_t*>(w.data) + (n * nb + b) * 34;
+          const double d = double(f16_to_f32(uint16_t(blk[0] | (blk[1] << 8))));
+          uint8_t u[32];
+          for (int k = 0; k < 32; ++k) {
+            const int q = int8_t(blk[2 + k]), h = q >> 2, l = q - 4 * h;
+            u[k] = uint8_t(h + 32);
+            ww[o] += (d * q) * (d * q);
+            hh[o] += (d * (4 * h + 1.5)) * (d * (4 * h + 1.5));
+            ee[o] += (d * (l - 1.5)) * (d * (l - 1.5));
+          }
+          for (int g = 0; g < 4; ++g)
+            for (int i = 0; i < 4; ++i)
+              bp[64 * g + 4 * o + i] = uint8_t((u[4 * g + i] & 15) | ((u[16 + 4 * g + i] & 15) << 4));
+          for (int v = 0; v < 8; ++v)
+            for (int i = 0; i < 4; ++i)
+              bp[256 + 64 * (v / 4) + 4 * o + i] |=
+                  uint8_t(((u[16 * (v % 2) + 4 * (v / 2) + i] >> 4) & 3) << (2 * (v % 4)));
+          bp[384 + 2 * o] = blk[0];
+          bp[385 + 2 * o] = blk[1];
+        }
+      }
+      for (int o = 0; o < 16 && 16 * t + o < V; ++o)
+        s.plane_bound[size_t(16 * t + o)] = round_up(
+            (std::sqrt(ee[o]) + gamma * std::sqrt(ww[o]) + gamma_p * std::sqrt(hh[o])) * (1.0 + 0x1p-16));
+    }
+  };
+  if (pool)
+    pool->parallel_for(tiles, run, 16);
+  else
+    run(0, tiles, 0);
+  s.plane = std::move(plane);
+}
+
+// ŷ1 [M, V] on the plane from the q1 rows (a: plain rows, 32-blocks).
+void plane_matmul(const cpu::GgmlAct& a, int64_t M, const ArgmaxScreen& s, int64_t V, float* y,
+                  ThreadPool& pool) {
+  const int64_t nb = a.K / 32, ldq = a.K + 256;
+  thread_local std::vector<int8_t> pq;
+  thread_local std::vector<int32_t> pnc;
+  thread_local std::vector<float> pdx;
+  if (pq.size() < size_t(M * nb * 32)) pq.resize(size_t(M * nb * 32));
+  if (pnc.size() < size_t(M * nb)) pnc.resize(size_t(M * nb));
+  if (pdx.size() < size_t(M * nb)) pdx.resize(size_t(M * nb));
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t m = 0; m < M; ++m) {
+      std::copy_n(a.q + m * ldq + 32 * b, 32, pq.data() + (b * M + m) * 32);
+      pnc[size_t(b * M + m)] = -253 * a.s32[m * nb + b];
+      pdx[size_t(b * M + m)] = a.d[m * nb + b] * 0.5f;
+    }
+  const int8_t* q = pq.data();
+  const int32_t* nc = pnc.data();
+  const float* dx = pdx.data();
+  const uint8_t* plane = s.plane->data();
+  pool.parallel_for((V + 15) / 16, [&, q, nc, dx, plane](int64_t t0, int64_t t1, int) {
+    cpu::avx512::q8_0_plane_tiles(q, nc, dx, M, plane, nb, V, y, t0, t1);
+  });
+}
+
+}  // namespace
 
 ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
   ArgmaxScreen s;
@@ -178,6 +278,7 @@ ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
     pool->parallel_for(w.n_out, rows, 256);
   else
     rows(0, w.n_out, 0);
+  if (w.dtype == DType::kQ8_0 && cpu_isa() == IsaLevel::kAvx512) build_plane(w, gamma, s, pool);
   return s;
 }
 
@@ -203,6 +304,10 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const int64_t ab = act_block(w.dtype);
   const bool amx = ggml_amx_for(w, std::min<int64_t>(n_rows, cpu::amx::kGgmlAmxMaxRows), isa);
   const int64_t chunk = amx ? cpu::amx::kGgmlAmxMaxRows : cpu::kGgmlRowChunk;
+  // The plane where the call would take the VNNI kernel (AMX multiplies faster than it streams).
+  const bool on_plane = screen.plane && !amx && isa == IsaLevel::kAvx512 &&
+                        w.dtype == DType::kQ8_0 &&
+                        static_cast<int64_t>(screen.plane_bound.size()) == V;
   thread_local GgmlActRows q1, q2;
   thread_local std::vector<float> resid, y1, xr;
   thread_local std::vector<int64_t> redo;
@@ -217,7 +322,12 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     q1.quantize(x + m0 * K, M, 0, resid.data(), isa, pool);
     if (amx) q1.zero(M, padded - M);
     q2.quantize(resid.data(), M, 0, nullptr, isa, pool);
-    ggml_kernel(q1.view(0), M, w, y1.data(), pool, isa, amx);
+    const cpu::GgmlAct a1 = q1.view(0);
+    if (on_plane) {
+      plane_matmul(a1, M, screen, V, y1.data(), pool);
+      g_plane.fetch_add(uint64_t(M), std::memory_order_relaxed);
+    } else
+      ggml_kernel(a1, M, w, y1.data(), pool, isa, amx);
     // (thread_local buffers are named through pointers: in a worker, y1 is the worker's own)
     const cpu::GgmlAct a2 = q2.view(0);
     const float* y1p = y1.data();
@@ -228,8 +338,12 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
         M,
         [&, y1p, idxp](int64_t r0, int64_t r1, int) {
           for (int64_t r = r0; r < r1; ++r)
-            out[m0 + r] = finish_row(y1p + r * V, screen.bound.data(), V, residual_norm(a2, r, ab),
-                                     a2, r, w, isa, idxp + r * cap);
+            out[m0 + r] =
+                on_plane ? finish_row(y1p + r * V, screen.bound.data(), V, residual_norm(a2, r, ab), a2, r,
+                                      w, isa, idxp + r * cap, &a1, screen.plane_bound.data(),
+                                      residual_norm(a1, r, ab))
+                         : finish_row(y1p + r * V, screen.bound.data(), V, residual_norm(a2, r, ab), a2, r,
+                                      w, isa, idxp + r * cap);
         },
         1);
     // The rows the screen gave up on, in one logits call (one weight stream for all of them).

@@ -309,7 +309,10 @@ void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out);
 // the activations through the kernel for every output, bound the q2 half rigorously
 // (Cauchy-Schwarz on the weight row and the q2 residual, plus the fp32 rounding of the kernel's
 // sum), and finish exactly — the kernel's own bits, ggml_portable_dot — only the outputs whose
-// bound still reaches the best lower bound (kernels/ggml_argmax.cc). Everything else computes
+// bound still reaches the best lower bound (kernels/ggml_argmax.cc). A Q8_0 weight screened on
+// AVX-512 (not AMX) reads a 6-bit plane of itself instead (argmax_screen builds it: 0.81 bytes
+// per weight, held beside the weights), the plane's error bounded in the same way, and finishes
+// both halves of the candidates from the blocks. Everything else computes
 // the logits and takes ops::argmax. `screen` must come from argmax_screen(w) (or be empty:
 // logits path). Batch- and thread-count invariant like matmul.
 struct ArgmaxScreen {
@@ -318,6 +321,11 @@ struct ArgmaxScreen {
   std::vector<float> bound;
   DType dtype = DType::kF32;
   int64_t n_in = 0;
+  // Q8_0 weights, built where cpu_isa() is AVX-512: the 6-bit plane the screen streams instead
+  // of the weights (0.81 instead of 1.125 bytes per weight; layout and math: ggml_argmax.cc) and
+  // per output P_n, its bound on |y1 − ŷ1| per unit of ||x̂1||₂, rounded up.
+  std::shared_ptr<const HugeArray<uint8_t>> plane;
+  std::vector<float> plane_bound;
   // How the screen has been doing on this weight (flat rows — random ids, high-entropy text —
   // have too many candidates and are computed twice): while most recent rows fell back, calls
   // take the logits path for a while. Speed only: both paths give the same index.
@@ -332,9 +340,10 @@ ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool = nullptr);
 void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, const ArgmaxScreen& screen,
                    int32_t* out, ThreadPool& pool);
 // matmul_argmax's screened path since the process started: rows it finished, outputs it
-// finished exactly in them, rows it computed in full instead (relaxed counters).
+// finished exactly in them, rows it computed in full instead, rows screened on a 6-bit plane
+// (of screened_rows or full_rows) (relaxed counters).
 struct ArgmaxStats {
-  uint64_t screened_rows = 0, candidates = 0, full_rows = 0;
+  uint64_t screened_rows = 0, candidates = 0, full_rows = 0, plane_rows = 0;
 };
 ArgmaxStats argmax_stats();
 

@@ -152,8 +152,9 @@ class CausalLM {
   // computed without the logits where the head allows (ops::matmul_argmax). This default runs
   // lm_head.
   virtual void lm_head_argmax(const float* x_normed, int64_t n, int32_t* out);
-  // Bytes of weights one decode step reads (for roofline figures).
-  virtual int64_t weight_bytes_per_token() const = 0;
+  // Bytes of weights one decode step reads (for roofline figures); greedy_picks: a step that
+  // takes lm_head_argmax (a Q8_0 head's screen streams its 6-bit plane instead of the weights).
+  virtual int64_t weight_bytes_per_token(bool greedy_picks) const = 0;
 
  private:
   BatchOut one_seq_out_;  // forward(ForwardArgs): reused, so no per-call zero-fill of logits

@@ -223,5 +223,55 @@ TEST(MatmulArgmax, AScreenThatKeepsFailingStepsAside) {
   EXPECT_GE(grew, 3u);
 }
 
+// The 6-bit plane of a Q8_0 head (AVX-512): a row whose dropped low bits all lean its way must
+// stay a candidate. x = all ones (q1 exact, q2 = 0). Row kA: q = 23 = 4·5 + 3 everywhere: y =
+// 0.01·640·23 = 147.2, but the plane reads 4·5 + 1.5: ŷ1 = 137.6. Row kB: q = 22 (h 5, l 2) on
+// 600 elements and 24 (h 6, l 0) on 40: y = 141.6 < 147.2, ŷ1 = 139.2 > 137.6 — on the plane
+// alone kB wins; only the bound term P·||x̂1|| keeps kA. Row kA2 repeats kA (an exact tie: kA
+// wins). The other rows are random at scale 0.001. N = 1003: a partial last tile.
+TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "the plane is built on AVX-512 machines";
+  ThreadPool pool(2);
+  ActScope act(GgmlActivations::kInt8x2);
+  constexpr int64_t N = 1003, nb = kK / 32, kA = 611, kA2 = 998, kB = 5;
+  auto wb = test::random_blocks(DType::kQ8_0, N, kK, 12);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t b = 0; b < nb; ++b) test::put_f16(wb.data() + (r * nb + b) * 34, 0.001f);
+  for (int64_t r : {kA, kA2, kB})
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = wb.data() + (r * nb + b) * 34;
+      test::put_f16(blk, 0.01f);
+      for (int i = 0; i < 32; ++i) {
+        const int64_t k = 32 * b + i;
+        blk[2 + i] = uint8_t(r == kB ? (k % 16 == 0 ? 24 : 22) : 23);
+      }
+    }
+  const WeightMatrix w = ggml_weight(DType::kQ8_0, N, kK, wb.data());
+  const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
+  ASSERT_TRUE(screen.plane) << "a Q8_0 screen on AVX-512 has its plane";
+  const PackedWeight pw = prepack_weight(w, &pool);
+  for (int64_t M : {1, 3, 16, 17, 33}) {
+    std::vector<float> x(size_t(M * kK), 1.0f);
+    for (int64_t m = 0; m < M; ++m)  // rows differ in scale only: kA everywhere
+      for (int64_t k = 0; k < kK; ++k) x[size_t(m * kK + k)] = 1.0f + 0.25f * float(m % 5);
+    const auto want = reference_argmax(x.data(), M, w, pool);
+    ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(kA))) << "the construction";
+    for (const WeightMatrix* wm : {&w, &pw.matrix()}) {
+      const ops::ArgmaxStats before = ops::argmax_stats();
+      EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << "M=" << M;
+      const ops::ArgmaxStats after = ops::argmax_stats();
+      EXPECT_EQ(after.plane_rows - before.plane_rows, uint64_t(M)) << "M=" << M;
+      EXPECT_EQ(after.full_rows, before.full_rows) << "M=" << M;
+      EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << "M=" << M;
+    }
+  }
+  // Below AVX-512 the same screen runs without its plane, with the same picks.
+  test::IsaScope avx2(IsaLevel::kAvx2);
+  const std::vector<float> x(size_t(2 * kK), 1.0f);
+  const ops::ArgmaxStats before = ops::argmax_stats();
+  EXPECT_EQ(screened_argmax(x.data(), 2, w, screen, pool), (std::vector<int32_t>{int32_t(kA), int32_t(kA)}));
+  EXPECT_EQ(ops::argmax_stats().plane_rows, before.plane_rows);
+}
+
 }  // namespace
 }  // namespace dfl

@@ -184,9 +184,9 @@ TEST(Loader, WeightsFormatAppliesToEveryFamily) {
     auto a = load_causal_lm(test::fixture(dir), stored, *pool);
     auto b = load_causal_lm(test::fixture(dir), q8, *pool);
     if (std::string(dir).starts_with("mimo"))
-      EXPECT_NE(b->weight_bytes_per_token(), a->weight_bytes_per_token()) << dir;
+      EXPECT_NE(b->weight_bytes_per_token(false), a->weight_bytes_per_token(false)) << dir;
     else
-      EXPECT_LT(b->weight_bytes_per_token(), a->weight_bytes_per_token()) << dir;
+      EXPECT_LT(b->weight_bytes_per_token(false), a->weight_bytes_per_token(false)) << dir;
     const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6};
     const ForwardOut x = test::run_forward(*a, ids, LogitsMode::kLast);
     const ForwardOut y = test::run_forward(*b, ids, LogitsMode::kLast);

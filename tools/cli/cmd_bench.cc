@@ -284,7 +284,7 @@ int cmd_bench(int argc, char** argv) {
   J["load_s"] = std::chrono::duration<double>(Clock::now() - tl0).count();
   const ModelConfig& tc = target->config();
   const int32_t V = tc.vocab_size;
-  const double bytes_tok = double(target->weight_bytes_per_token());
+  const double bytes_tok = double(target->weight_bytes_per_token(picks_only));
   J["architecture"] = tc.architecture;
   J["weights_bytes_per_token"] = int64_t(bytes_tok);
   KvPool& kv = target->kv();

@@ -18,30 +18,35 @@ inline __m512 abs_ps(__m512 v) {
   return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF)));
 }
 
-// The bound half-width of 16 outputs: bound·R + |y1|·rel.
-inline __m512 half_width(__m512 y, __m512 b, __m512 R, __m512 rel) {
-  return _mm512_add_ps(_mm512_mul_ps(b, R), _mm512_mul_ps(abs_ps(y), rel));
+// The bound half-width of 16 outputs: bound·R + bound2·R2 + |y1|·rel.
+inline __m512 half_width(__m512 y, __m512 b, __m512 R, __m512 b2, __m512 R2, __m512 rel) {
+  return _mm512_add_ps(_mm512_fmadd_ps(b2, R2, _mm512_mul_ps(b, R)), _mm512_mul_ps(abs_ps(y), rel));
 }
 
 }  // namespace
 
 float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, float rel,
-                       float huge, bool* bad) {
+                       float huge, bool* bad, const float* bound2, float R2) {
+  if (!bound2) {
+    bound2 = bound;
+    R2 = 0;
+  }
   const __m512 vr = _mm512_set1_ps(R), vrel = _mm512_set1_ps(rel), vhuge = _mm512_set1_ps(huge);
+  const __m512 vr2 = _mm512_set1_ps(R2);
   __m512 L = _mm512_set1_ps(-INFINITY);
   __mmask16 ok = 0xFFFF;
   int64_t n = 0;
   for (; n + 16 <= V; n += 16) {
     const __m512 y = _mm512_loadu_ps(y1 + n), b = _mm512_loadu_ps(bound + n);
     ok &= _mm512_cmp_ps_mask(abs_ps(y), vhuge, _CMP_LE_OQ);  // false for NaN
-    L = _mm512_max_ps(L, _mm512_sub_ps(y, half_width(y, b, vr, vrel)));
+    L = _mm512_max_ps(L, _mm512_sub_ps(y, half_width(y, b, vr, _mm512_loadu_ps(bound2 + n), vr2, vrel)));
   }
   float l = _mm512_reduce_max_ps(L);
   bool b = ok != 0xFFFF;
   for (; n < V; ++n) {
     const float a = __builtin_fabsf(y1[n]);
     b |= !(a <= huge);
-    const float lo = y1[n] - (bound[n] * R + a * rel);
+    const float lo = y1[n] - (__builtin_fmaf(bound2[n], R2, bound[n] * R) + a * rel);
     l = lo > l ? lo : l;
   }
   *bad = b;
@@ -49,14 +54,20 @@ float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, 
 }
 
 int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float R, float rel,
-                          float L, int32_t* idx, int64_t cap) {
+                          float L, int32_t* idx, int64_t cap, const float* bound2, float R2) {
+  if (!bound2) {
+    bound2 = bound;
+    R2 = 0;
+  }
   const __m512 vr = _mm512_set1_ps(R), vrel = _mm512_set1_ps(rel), vl = _mm512_set1_ps(L);
+  const __m512 vr2 = _mm512_set1_ps(R2);
   const __m512i step = _mm512_set1_epi32(16);
   __m512i ids = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   int64_t count = 0, n = 0;
   for (; n + 16 <= V; n += 16, ids = _mm512_add_epi32(ids, step)) {
     const __m512 y = _mm512_loadu_ps(y1 + n), b = _mm512_loadu_ps(bound + n);
-    const __mmask16 m = _mm512_cmp_ps_mask(_mm512_add_ps(y, half_width(y, b, vr, vrel)), vl, _CMP_GE_OQ);
+    const __mmask16 m = _mm512_cmp_ps_mask(
+        _mm512_add_ps(y, half_width(y, b, vr, _mm512_loadu_ps(bound2 + n), vr2, vrel)), vl, _CMP_GE_OQ);
     if (!m) continue;
     const int c = __builtin_popcount(m);
     if (count + c > cap) return -1;
@@ -64,7 +75,7 @@ int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float 
     count += c;
   }
   for (; n < V; ++n) {
-    const float hi = y1[n] + (bound[n] * R + __builtin_fabsf(y1[n]) * rel);
+    const float hi = y1[n] + (__builtin_fmaf(bound2[n], R2, bound[n] * R) + __builtin_fabsf(y1[n]) * rel);
     if (!(hi >= L)) continue;
     if (count + 1 > cap) return -1;
     idx[count++] = static_cast<int32_t>(n);

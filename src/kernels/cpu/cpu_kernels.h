@@ -53,22 +53,34 @@ inline void put_y(float* y, int64_t ldy, int64_t m, int64_t n, float v, int64_t 
 // chunk). 32: a 16-token verify block under int8x2 (2 int8 rows per token) streams the weights
 // once (16 had it stream them twice).
 constexpr int64_t kGgmlRowChunk = 32;
+// Bytes of one (16-output tile, 32-block) of a Q8_0 head's 6-bit screen plane
+// (kernels/ggml_argmax.cc): nibbles 256, high bits 128, f16 d 32.
+constexpr int64_t kQ8PlaneBlockBytes = 256 + 128 + 32;
 // Bytes of one (16-output tile, 256-superblock) of the kPackedQ4K16 layout.
 constexpr int64_t kQ4K16SuperBytes = 2048 + 128 + 128 + 64 + 64;
 // ... of the kPackedQ6K16 layout (ql 2048, qh 1024, sc 256, d 64).
 constexpr int64_t kQ6K16SuperBytes = 2048 + 1024 + 256 + 64;
 
 namespace avx512 {
-// ops::matmul_argmax's screen (kernels/ggml_argmax.cc): max over n of y1[n] − (bound[n]·R +
-// |y1[n]|·rel), *bad when some |y1[n]| > huge or is NaN; the indices n with y1[n] + (bound[n]·R +
-// |y1[n]|·rel) ≥ L in increasing order into idx, their count, or −1 past cap of them.
+// ops::matmul_argmax's screen (kernels/ggml_argmax.cc): with the half-width h[n] = bound[n]·R +
+// bound2[n]·R2 + |y1[n]|·rel (no bound2: that term is 0), max over n of y1[n] − h[n], *bad when
+// some |y1[n]| > huge or is NaN; the indices n with y1[n] + h[n] ≥ L in increasing order into
+// idx, their count, or −1 past cap of them.
 float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, float rel,
-                       float huge, bool* bad);
+                       float huge, bool* bad, const float* bound2 = nullptr, float R2 = 0);
 int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float R, float rel,
-                          float L, int32_t* idx, int64_t cap);
+                          float L, int32_t* idx, int64_t cap, const float* bound2 = nullptr,
+                          float R2 = 0);
 // One output of a Q8_0 row (nb 34-byte blocks) for an int8 activation row (q, per-block dx): the
 // bits of ggml_portable_dot.
 float q8_0_row_dot(const uint8_t* row, const int8_t* q, const float* dx, int64_t nb);
+// The screen's ŷ1 on the 6-bit plane of a Q8_0 head (kernels/ggml_argmax.cc, the plane layout
+// there): y [M, n_out] for the 16-output tiles [t0, t1), from M ≤ kGgmlRowChunk int8 rows
+// given block-major: q [nb][M][32], nc [nb][M] = −253·(Σ of the block's 32 q), dxh [nb][M] =
+// the block scale · 0.5.
+void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dxh, int64_t M,
+                      const uint8_t* plane, int64_t nb, int64_t n_out, float* y, int64_t t0,
+                      int64_t t1);
 // GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
 bool ggml_supported(int dtype);
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);

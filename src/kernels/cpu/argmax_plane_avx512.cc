@@ -1,0 +1,93 @@
+// The greedy-pick screen of a Q8_0 head on its 6-bit plane (kernels/ggml_argmax.cc has the math
+// and the layout, ops.h kQ8PlaneBlockBytes): ŷ1 = the q1 half of the activations times the plane
+// weights d·(4·(q >> 2) + 1.5), 16 outputs per lane group, rows from a block-major panel.
+// Per (row, block) the exact integer I = 8·Σ u·q1 − 253·Σ q1 (u = (q >> 2) + 32) is scaled by
+// fl(d_w·dx)·0.5 and fma-added into one accumulator per output: the screen only bounds, so this
+// order needs no match with any other kernel (its rounding is in the screen's γ_plane).
+#include <immintrin.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx512.h"
+
+namespace dfl::cpu::avx512 {
+namespace {
+
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The 8 vectors of u = (q >> 2) + 32 (6 bits) of one packed block: vector v = 2g + s holds
+// elements 16s + 4g + i (i = 0..3) of the 16 outputs; its low nibbles are nibble vector g (low
+// half for s = 0, high half for s = 1), its bits 4–5 are the 2-bit field 2·(v % 4) of high-bit
+// vector v / 4.
+inline void unpack_plane(const uint8_t* bp, __m512i u[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i h0 = _mm512_loadu_si512(bp + 256), h1 = _mm512_loadu_si512(bp + 320);
+  // the field at bit pos moved to bits 4–5 (16-bit shifts: what crosses a byte lands in bits 0–3
+  // or 6–7 of the neighbour and is masked off)
+  const __m512i f[8] = {
+      _mm512_and_si512(_mm512_slli_epi16(h0, 4), m30), _mm512_and_si512(_mm512_slli_epi16(h0, 2), m30),
+      _mm512_and_si512(h0, m30),                       _mm512_and_si512(_mm512_srli_epi16(h0, 2), m30),
+      _mm512_and_si512(_mm512_slli_epi16(h1, 4), m30), _mm512_and_si512(_mm512_slli_epi16(h1, 2), m30),
+      _mm512_and_si512(h1, m30),                       _mm512_and_si512(_mm512_srli_epi16(h1, 2), m30)};
+  for (int g = 0; g < 4; ++g) {
+    const __m512i nv = _mm512_loadu_si512(bp + 64 * g);
+    u[2 * g] = _mm512_or_si512(_mm512_and_si512(nv, m4), f[2 * g]);
+    u[2 * g + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(nv, 4), m4), f[2 * g + 1]);
+  }
+}
+
+template <int MR>
+inline void plane_rows(const __m512i u[8], __m512 d, const int8_t* xq, const int32_t* nc,
+                       const float* dxh, float* acc /* [MR][16] */) {
+  __m512i dot[MR];
+  for (int r = 0; r < MR; ++r) dot[r] = _mm512_setzero_si512();
+  for (int v = 0; v < 8; ++v) {
+    const int e = 16 * (v % 2) + 4 * (v / 2);
+    for (int r = 0; r < MR; ++r) dot[r] = _mm512_dpbusd_epi32(dot[r], u[v], bcast4(xq + 32 * r + e));
+  }
+  for (int r = 0; r < MR; ++r) {
+    const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(dot[r], 3), _mm512_set1_epi32(nc[r]));
+    float* ap = acc + 16 * r;
+    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(d, _mm512_set1_ps(dxh[r])),
+                                         _mm512_loadu_ps(ap)));
+  }
+}
+
+}  // namespace
+
+void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dxh, int64_t M,
+                      const uint8_t* plane, int64_t nb, int64_t n_out, float* y, int64_t t0,
+                      int64_t t1) {
+  alignas(64) float acc[kGgmlRowChunk * 16];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = plane + t * nb * kQ8PlaneBlockBytes;
+    for (int64_t m = 0; m < M; ++m) _mm512_store_ps(acc + 16 * m, _mm512_setzero_ps());
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* bp = tile + b * kQ8PlaneBlockBytes;
+      prefetch_lines(bp + 6 * kQ8PlaneBlockBytes, kQ8PlaneBlockBytes);
+      prefetch_lines_l2(bp, kQ8PlaneBlockBytes);
+      __m512i u[8];
+      unpack_plane(bp, u);
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 384)));
+      const int8_t* xq = q + b * M * 32;
+      const int32_t* ncb = nc + b * M;
+      const float* dxb = dxh + b * M;
+      int64_t m0 = 0;
+      for (; m0 + 4 <= M; m0 += 4) plane_rows<4>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0);
+      switch (M - m0) {
+        case 3: plane_rows<3>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0); break;
+        case 2: plane_rows<2>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0); break;
+        case 1: plane_rows<1>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0); break;
+        default: break;
+      }
+    }
+    const int64_t valid = n_out - 16 * t;
+    const __mmask16 mk = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1);
+    for (int64_t m = 0; m < M; ++m) _mm512_mask_storeu_ps(y + m * n_out + 16 * t, mk, _mm512_load_ps(acc + 16 * m));
+  }
+}
+
+}  // namespace dfl::cpu::avx512
