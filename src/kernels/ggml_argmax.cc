@@ -200,13 +200,17 @@ void build_plane(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPoo
           const uint8_t* blk = static_cast<const uint8_t*>(w.data) + (n * nb + b) * 34;
           const double d = double(f16_to_f32(uint16_t(blk[0] | (blk[1] << 8))));
           uint8_t u[32];
+          int64_t sq = 0, sh = 0, se = 0;  // Σ q², Σ (8h + 3)², Σ (2l − 3)²: exact integers
           for (int k = 0; k < 32; ++k) {
             const int q = int8_t(blk[2 + k]), h = q >> 2, l = q - 4 * h;
             u[k] = uint8_t(h + 32);
-            ww[o] += (d * q) * (d * q);
-            hh[o] += (d * (4 * h + 1.5)) * (d * (4 * h + 1.5));
-            ee[o] += (d * (l - 1.5)) * (d * (l - 1.5));
+            sq += q * q;
+            sh += (8 * h + 3) * (8 * h + 3);
+            se += (2 * l - 3) * (2 * l - 3);
           }
+          ww[o] += d * d * double(sq);
+          hh[o] += d * d * double(sh) * 0.25;    // (d·(4h + 1.5))² = d²·(8h + 3)² / 4
+          ee[o] += d * d * double(se) * 0.25;    // (d·(l − 1.5))² = d²·(2l − 3)² / 4
           for (int g = 0; g < 4; ++g)
             for (int i = 0; i < 4; ++i)
               bp[64 * g + 4 * o + i] = uint8_t((u[4 * g + i] & 15) | ((u[16 + 4 * g + i] & 15) << 4));
