@@ -237,22 +237,12 @@ void build_plane(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPoo
 // ŷ1 [M, V] on the plane from the q1 rows (a: plain rows, 32-blocks).
 void plane_matmul(const cpu::GgmlAct& a, int64_t M, const ArgmaxScreen& s, int64_t V, float* y,
                   ThreadPool& pool) {
-  const int64_t nb = a.K / 32, ldq = a.K + 256;
-  thread_local std::vector<int8_t> pq;
-  thread_local std::vector<int32_t> pnc;
-  thread_local std::vector<float> pdx;
-  if (pq.size() < size_t(M * nb * 32)) pq.resize(size_t(M * nb * 32));
-  if (pnc.size() < size_t(M * nb)) pnc.resize(size_t(M * nb));
-  if (pdx.size() < size_t(M * nb)) pdx.resize(size_t(M * nb));
-  for (int64_t b = 0; b < nb; ++b)
-    for (int64_t m = 0; m < M; ++m) {
-      std::copy_n(a.q + m * ldq + 32 * b, 32, pq.data() + (b * M + m) * 32);
-      pnc[size_t(b * M + m)] = -253 * a.s32[m * nb + b];
-      pdx[size_t(b * M + m)] = a.d[m * nb + b] * 0.5f;
-    }
-  const int8_t* q = pq.data();
-  const int32_t* nc = pnc.data();
-  const float* dx = pdx.data();
+  const int64_t nb = a.K / 32;
+  // u = h + 32: Σ ŵ·x̂ = d·dx·(4·Σu·q − 126.5·Σq) = (8·Σu·q − 253·Σq)·(d·dx·½)
+  const cpu::Q32Panel p = cpu::q32_panel(a, M, -253, 0.5f);
+  const int8_t* q = p.q;
+  const int32_t* nc = p.nc;
+  const float* dx = p.dx;
   const uint8_t* plane = s.plane->data();
   pool.parallel_for((V + 15) / 16, [&, q, nc, dx, plane](int64_t t0, int64_t t1, int) {
     cpu::avx512::q8_0_plane_tiles(q, nc, dx, M, plane, nb, V, y, t0, t1);

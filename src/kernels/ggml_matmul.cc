@@ -563,3 +563,24 @@ void set_ggml_activations(GgmlActivations a) { ops::set_act_mode(a); }
 GgmlActivations ggml_activations() { return ops::act_mode(); }
 
 }  // namespace dfl
+
+namespace dfl::cpu {
+
+Q32Panel q32_panel(const GgmlAct& a, int64_t M, int32_t corr_mul, float dx_mul) {
+  const int64_t nb = a.K / 32, ldq = a.K + 256;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<int32_t> nc;
+  thread_local std::vector<float> dx;
+  if (q.size() < size_t(M * nb * 32)) q.resize(size_t(M * nb * 32));
+  if (nc.size() < size_t(M * nb)) nc.resize(size_t(M * nb));
+  if (dx.size() < size_t(M * nb)) dx.resize(size_t(M * nb));
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t m = 0; m < M; ++m) {
+      std::copy_n(a.q + m * ldq + 32 * b, 32, q.data() + (b * M + m) * 32);
+      nc[size_t(b * M + m)] = corr_mul * a.s32[m * nb + b];
+      dx[size_t(b * M + m)] = a.d[m * nb + b] * dx_mul;
+    }
+  return Q32Panel{q.data(), nc.data(), dx.data()};
+}
+
+}  // namespace dfl::cpu

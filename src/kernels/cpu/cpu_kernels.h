@@ -49,6 +49,19 @@ inline void put_y(float* y, int64_t ldy, int64_t m, int64_t n, float v, int64_t 
   else
     y[m * ldy + n] = v;
 }
+// The activation rows of one 32-element-block kernel call, block-major (built once per call,
+// shared by the threads): for block b, row m: q [b][m][32] int8 (the block's values), nc [b][m]
+// = corr_mul · (Σ of those 32 values), dx [b][m] = dx_mul · the block scale. A 4-row dot group
+// then reads one linear stream through one pointer (GgmlAct's rows lie K + 256 apart, their
+// sums and scales in three more strided arrays: that addressing had cost the 16-row kernel ~30 %
+// on AMD Zen 5). q32_panel (ggml_matmul.cc) fills the calling thread's buffers.
+struct Q32Panel {
+  const int8_t* q;
+  const int32_t* nc;
+  const float* dx;
+};
+Q32Panel q32_panel(const GgmlAct& a, int64_t M, int32_t corr_mul, float dx_mul);
+
 // Activation rows a GGML kernel call handles at once (each weight block is unpacked once per
 // chunk). 32: a 16-token verify block under int8x2 (2 int8 rows per token) streams the weights
 // once (16 had it stream them twice).
