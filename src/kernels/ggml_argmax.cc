@@ -300,7 +300,6 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const int64_t chunk = amx ? cpu::amx::kGgmlAmxMaxRows : cpu::kGgmlRowChunk;
   // The plane where the call would take the VNNI kernel (AMX multiplies faster than it streams).
   const bool on_plane = screen.plane && !amx && isa == IsaLevel::kAvx512 &&
-                        w.dtype == DType::kQ8_0 &&
                         static_cast<int64_t>(screen.plane_bound.size()) == V;
   thread_local GgmlActRows q1, q2;
   thread_local std::vector<float> resid, y1, xr;
@@ -332,12 +331,10 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
         M,
         [&, y1p, idxp](int64_t r0, int64_t r1, int) {
           for (int64_t r = r0; r < r1; ++r)
-            out[m0 + r] =
-                on_plane ? finish_row(y1p + r * V, screen.bound.data(), V, residual_norm(a2, r, ab), a2, r,
-                                      w, isa, idxp + r * cap, &a1, screen.plane_bound.data(),
-                                      residual_norm(a1, r, ab))
-                         : finish_row(y1p + r * V, screen.bound.data(), V, residual_norm(a2, r, ab), a2, r,
-                                      w, isa, idxp + r * cap);
+            out[m0 + r] = finish_row(y1p + r * V, screen.bound.data(), V, residual_norm(a2, r, ab), a2,
+                                     r, w, isa, idxp + r * cap, on_plane ? &a1 : nullptr,
+                                     on_plane ? screen.plane_bound.data() : nullptr,
+                                     on_plane ? residual_norm(a1, r, ab) : 0.0f);
         },
         1);
     // The rows the screen gave up on, in one logits call (one weight stream for all of them).

@@ -285,21 +285,21 @@ inline __m512i bcast4i(const int8_t* p) {
 }
 
 // The activation rows of one call for the superblock formats, superblock-major as Q32Panel
-// below: for superblock s, row m: q [s][m][256], s32 [s][m][8] (Q4_K), s16 [s][m][16] (Q6_K),
-// d [s][m]. Built once per call by k_panel().
+// (cpu_kernels.h): for superblock s, row m: q [s][m][256], sums [s][m][kKPanelSums(q6k)] (the
+// 8 Σ of 32 for Q4_K, the 16 Σ of 16 for Q6_K), d [s][m]. Built once per call by k_panel().
 struct KPanel {
   const int8_t* q;
-  const int32_t* s32;
-  const int32_t* s16;
+  const int32_t* sums;
   const float* d;
 };
+constexpr int64_t kKPanelSums(bool q6k) { return q6k ? 16 : 8; }
 
 KPanel k_panel(const GgmlAct& a, int64_t M, bool q6k) {
   const int64_t ns = a.K / 256, ldq = a.K + 256;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<int32_t> sums;
   thread_local std::vector<float> d;
-  const int64_t per = q6k ? 16 : 8;
+  const int64_t per = kKPanelSums(q6k);
   if (q.size() < size_t(M * ns * 256)) q.resize(size_t(M * ns * 256));
   if (sums.size() < size_t(M * ns * per)) sums.resize(size_t(M * ns * per));
   if (d.size() < size_t(M * ns)) d.resize(size_t(M * ns));
@@ -310,7 +310,7 @@ KPanel k_panel(const GgmlAct& a, int64_t M, bool q6k) {
       std::memcpy(sums.data() + (s * M + m) * per, src, size_t(per) * 4);
       d[size_t(s * M + m)] = a.d[m * ns + s];
     }
-  return KPanel{q.data(), q6k ? nullptr : sums.data(), q6k ? sums.data() : nullptr, d.data()};
+  return KPanel{q.data(), sums.data(), d.data()};
 }
 
 // p: the panel advanced to superblock s, row m0.
@@ -339,7 +339,7 @@ void q4k16_super(const KPanel& p, const uint8_t* sb, int64_t s, float* acc /* [M
     for (int r = 0; r < MR; ++r) {
       isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(_mm512_mullo_epi32(dlo[r], sclo),
                                                            _mm512_mullo_epi32(dhi[r], schi)));
-      const int32_t* b32 = p.s32 + 8 * r + 2 * c;
+      const int32_t* b32 = p.sums + 8 * r + 2 * c;
       msum[r] = _mm512_add_epi32(msum[r], _mm512_add_epi32(_mm512_mullo_epi32(mlo, _mm512_set1_epi32(b32[0])),
                                                            _mm512_mullo_epi32(mhi, _mm512_set1_epi32(b32[1]))));
     }
@@ -357,9 +357,9 @@ void q4k16_super(const KPanel& p, const uint8_t* sb, int64_t s, float* acc /* [M
 }
 
 // The panel advanced to superblock s, rows from m0.
-inline KPanel k_panel_at(const KPanel& p, int64_t M, int64_t s, int64_t m0) {
+inline KPanel k_panel_at(const KPanel& p, int64_t M, int64_t s, int64_t m0, bool q6k) {
   const int64_t i = s * M + m0;
-  return KPanel{p.q + 256 * i, p.s32 ? p.s32 + 8 * i : nullptr, p.s16 ? p.s16 + 16 * i : nullptr, p.d + i};
+  return KPanel{p.q + 256 * i, p.sums + kKPanelSums(q6k) * i, p.d + i};
 }
 
 void q4k16_tiles(const KPanel& p, int64_t M, const WeightMatrix& w, float* y, int64_t pair, int64_t t0,
@@ -375,7 +375,7 @@ void q4k16_tiles(const KPanel& p, int64_t M, const WeightMatrix& w, float* y, in
       prefetch_lines_l2(sb, kQ4K16SuperBytes);
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         float* ac = acc + m0 * 8 * 16;
-        const KPanel ps = k_panel_at(p, M, s, m0);
+        const KPanel ps = k_panel_at(p, M, s, m0, false);
         switch (imin(4, M - m0)) {
           case 4: q4k16_super<4>(ps, sb, s, ac); break;
           case 3: q4k16_super<3>(ps, sb, s, ac); break;
@@ -672,7 +672,7 @@ void q6k16_super(const KPanel& p, const uint8_t* sb, int64_t s, float* acc) {
         }
         const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 3072 + 16 * j)));
         for (int r = 0; r < MR; ++r) {
-          const int32_t c = 32 * p.s16[16 * r + j];
+          const int32_t c = 32 * p.sums[16 * r + j];
           isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(dj[r], _mm512_set1_epi32(c)), scv));
         }
       }
@@ -699,7 +699,7 @@ void q6k16_tiles(const KPanel& p, int64_t M, const WeightMatrix& w, float* y, in
       prefetch_lines_l2(sb, kQ6K16SuperBytes);
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
         float* ac = acc + m0 * 8 * 16;
-        const KPanel ps = k_panel_at(p, M, s, m0);
+        const KPanel ps = k_panel_at(p, M, s, m0, true);
         switch (imin(4, M - m0)) {
           case 4: q6k16_super<4>(ps, sb, s, ac); break;
           case 3: q6k16_super<3>(ps, sb, s, ac); break;
