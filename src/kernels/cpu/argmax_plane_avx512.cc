@@ -39,17 +39,26 @@ inline void unpack_plane(const uint8_t* bp, __m512i u[8]) {
   }
 }
 
+// Rows 0..MR-1 of the panel block × the 16 outputs; each row's dot is split over C chains
+// (one row alone is bound by the plane's stream, not by the chain: C = 1 there — 8 chains cost
+// 15 % at M = 1 in their extra adds).
 template <int MR>
 inline void plane_rows(const __m512i u[8], __m512 d, const int8_t* xq, const int32_t* nc,
                        const float* dxh, float* acc /* [MR][16] */) {
-  __m512i dot[MR];
-  for (int r = 0; r < MR; ++r) dot[r] = _mm512_setzero_si512();
+  constexpr int C = MR == 1 ? 1 : kDotChains<MR>;
+  __m512i dot[MR][C];
+  for (int r = 0; r < MR; ++r)
+    for (int c = 0; c < C; ++c) dot[r][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
   for (int v = 0; v < 8; ++v) {
     const int e = 16 * (v % 2) + 4 * (v / 2);
-    for (int r = 0; r < MR; ++r) dot[r] = _mm512_dpbusd_epi32(dot[r], u[v], bcast4(xq + 32 * r + e));
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) dot[r][v % C] = _mm512_dpbusd_epi32(dot[r][v % C], u[v], bcast4(xq + 32 * r + e));
   }
   for (int r = 0; r < MR; ++r) {
-    const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(dot[r], 3), _mm512_set1_epi32(nc[r]));
+    for (int w = C / 2; w >= 1; w /= 2)
+      for (int c = 0; c < w; ++c) dot[r][c] = _mm512_add_epi32(dot[r][c], dot[r][c + w]);
+    const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(dot[r][0], 3), _mm512_set1_epi32(nc[r]));
     float* ap = acc + 16 * r;
     _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(d, _mm512_set1_ps(dxh[r])),
                                          _mm512_loadu_ps(ap)));
@@ -75,14 +84,10 @@ void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dxh, int6
       const int8_t* xq = q + b * M * 32;
       const int32_t* ncb = nc + b * M;
       const float* dxb = dxh + b * M;
-      int64_t m0 = 0;
-      for (; m0 + 4 <= M; m0 += 4) plane_rows<4>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0);
-      switch (M - m0) {
-        case 3: plane_rows<3>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0); break;
-        case 2: plane_rows<2>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0); break;
-        case 1: plane_rows<1>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0); break;
-        default: break;
-      }
+      for (int64_t m0 = 0; m0 < M; m0 += 8)
+        with_rows(M - m0, [&](auto R) {
+          plane_rows<R.value>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0);
+        });
     }
     const int64_t valid = n_out - 16 * t;
     const __mmask16 mk = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1);

@@ -554,19 +554,28 @@ constexpr int64_t kQ32Qh = T == int(DType::kQ5_0) ? 64 : 0;
 
 // The dots start from p.nc = −(Σx << log2 of the weight offset): the same exact integers as
 // subtracting it after, one broadcast load instead of a shift, a move and a subtraction.
+// Each row's dot runs as C = kDotChains<MR> partial sums (step i of the 8 goes to chain i % C).
 template <int T, int MR>
 void q32x16_block(const int8_t* xq /* [MR][32] */, const int32_t* nc, const float* dx,
                   const uint8_t* bp, int64_t b, float* acc) {
-  __m512i dot[MR];
-  for (int r = 0; r < MR; ++r) dot[r] = _mm512_set1_epi32(nc[r]);
+  constexpr int C = kDotChains<MR>;
+  __m512i dot[MR][C];
+  for (int r = 0; r < MR; ++r) {
+    dot[r][0] = _mm512_set1_epi32(nc[r]);
+    for (int c = 1; c < C; ++c) dot[r][c] = _mm512_setzero_si512();
+  }
   if (T == int(DType::kQ8_0)) {
+#pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
-      for (int r = 0; r < MR; ++r) dot[r] = _mm512_dpbusd_epi32(dot[r], wv, bcast4i(xq + 32 * r + 4 * g));
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r)
+        dot[r][g % C] = _mm512_dpbusd_epi32(dot[r][g % C], wv, bcast4i(xq + 32 * r + 4 * g));
     }
   } else {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i b16 = _mm512_set1_epi8(16);
+#pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
       const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
       __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
@@ -574,16 +583,21 @@ void q32x16_block(const int8_t* xq /* [MR][32] */, const int32_t* nc, const floa
         lo = _mm512_mask_add_epi8(lo, fifth_bit_mask(bp + 256, g), lo, b16);
         hi = _mm512_mask_add_epi8(hi, fifth_bit_mask(bp + 256, 4 + g), hi, b16);
       }
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
-        dot[r] = _mm512_dpbusd_epi32(dot[r], lo, bcast4i(xq + 32 * r + 4 * g));
-        dot[r] = _mm512_dpbusd_epi32(dot[r], hi, bcast4i(xq + 32 * r + 4 * g + 16));
+        const int c0 = (2 * g) % C, c1 = (2 * g + 1) % C;
+        dot[r][c0] = _mm512_dpbusd_epi32(dot[r][c0], lo, bcast4i(xq + 32 * r + 4 * g));
+        dot[r][c1] = _mm512_dpbusd_epi32(dot[r][c1], hi, bcast4i(xq + 32 * r + 4 * g + 16));
       }
     }
   }
+  for (int r = 0; r < MR; ++r)
+    for (int w = C / 2; w >= 1; w /= 2)
+      for (int c = 0; c < w; ++c) dot[r][c] = _mm512_add_epi32(dot[r][c], dot[r][c + w]);
   const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(bp + kQ32Qs<T> + kQ32Qh<T>));
   for (int r = 0; r < MR; ++r) {
     float* ap = acc + (r * 8 + b % 8) * 16;
-    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), _mm512_mul_ps(d, _mm512_set1_ps(dx[r])),
+    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][0]), _mm512_mul_ps(d, _mm512_set1_ps(dx[r])),
                                          lane_acc(ap, b)));
   }
 }
@@ -609,15 +623,10 @@ void q32x16_tiles(const Q32Panel& p, int64_t M, const WeightMatrix& w, float* y,
       const int8_t* xq = p.q + b * M * 32;
       const int32_t* nc = p.nc + b * M;
       const float* dx = p.dx + b * M;
-      int64_t m0 = 0;
-      for (; m0 + 4 <= M; m0 += 4)
-        q32x16_block<T, 4>(xq + 32 * m0, nc + m0, dx + m0, bp, b, acc + m0 * 8 * 16);
-      switch (M - m0) {
-        case 3: q32x16_block<T, 3>(xq + 32 * m0, nc + m0, dx + m0, bp, b, acc + m0 * 8 * 16); break;
-        case 2: q32x16_block<T, 2>(xq + 32 * m0, nc + m0, dx + m0, bp, b, acc + m0 * 8 * 16); break;
-        case 1: q32x16_block<T, 1>(xq + 32 * m0, nc + m0, dx + m0, bp, b, acc + m0 * 8 * 16); break;
-        default: break;
-      }
+      for (int64_t m0 = 0; m0 < M; m0 += 8)
+        with_rows(M - m0, [&](auto R) {
+          q32x16_block<T, R.value>(xq + 32 * m0, nc + m0, dx + m0, bp, b, acc + m0 * 8 * 16);
+        });
     }
     store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out, 0, pair);
   }

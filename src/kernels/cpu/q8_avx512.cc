@@ -20,12 +20,13 @@
 #include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx512.h"
 
 namespace dfl::cpu::avx512 {
 
 namespace {
 
-constexpr int kMR = 8;              // activation rows per micro-kernel
+constexpr int kMR = 8;  // activation rows per micro-kernel: with_rows (simd_avx512.h) runs 1..8
 constexpr int kTileBytes = 16 * 64;  // one 16-row × 64-k block tile
 // The weight stream is prefetched twice: every line kPrefetchBlocks 1 KiB tiles ahead into L1,
 // and kPrefetchL2 tiles ahead into L2 (AMD EPYC Zen 4, 2 threads, lm_head 151936×1024: M = 8
@@ -42,22 +43,6 @@ inline void prefetch_tile(const uint8_t* wb) {
   const char* l2 = reinterpret_cast<const char*>(wb + kPrefetchL2 * kTileBytes);
   for (int l = 0; l < 16; ++l) _mm_prefetch(l1 + 64 * l, _MM_HINT_T0);
   for (int l = 0; l < 16; ++l) _mm_prefetch(l2 + 64 * l, _MM_HINT_T1);
-}
-
-// f(std::integral_constant<int, R>) for R = mr rows (1..kMR): the micro-kernels' row count is a
-// template parameter.
-template <class F>
-inline void with_rows(int64_t mr, F&& f) {
-  switch (imin(kMR, mr)) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    case 6: return f(std::integral_constant<int, 6>{});
-    case 7: return f(std::integral_constant<int, 7>{});
-    default: return f(std::integral_constant<int, kMR>{});
-  }
 }
 
 inline __m512i bcast4(const int8_t* p) { return _mm512_set1_epi32(_mm_cvtsi128_si32(_mm_loadu_si32(p))); }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/visibility.h"
 
@@ -27,6 +28,29 @@ static inline void prefetch_lines_l2(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p) + kL2PrefetchBytes;
   for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
 }
+
+// f(std::integral_constant<int, R>) for R = min(mr, 8): the micro-kernels' row count is a
+// template parameter (row groups of up to 8, so 8 int32 chains stay in flight).
+template <class F>
+static inline void with_rows(int64_t mr, F&& f) {
+  switch (mr < 8 ? mr : 8) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
+
+// Independent int32 accumulators per row for a micro-kernel of MR rows: vpdpbusd has a 4-cycle
+// latency and issues 2 per cycle (AMD Zen 5; Intel the same or less), so at least 8 chains must
+// be in flight; a row group of MR rows splits each row's dot into this many partial sums (exact
+// integers: the split changes no bits).
+template <int MR>
+constexpr int kDotChains = MR >= 8 ? 1 : MR >= 4 ? 2 : MR >= 2 ? 4 : 8;
 
 // The GGML int8 kernels' lane accumulators acc[m][8][16]: block b adds into lane b % 8, so
 // block b < 8 is the lane's first visit and starts from +0 (what the zeroed buffer held: the
