@@ -1,7 +1,8 @@
 // What one core issues per second of the instructions the int8 and bf16 kernels are built from
 // (register operands, 12 independent chains): the compute ceiling the GGML VNNI kernels are
 // measured against (docs/KERNELS.md). instr_per_s for each kind; the add chain's rate is the
-// clock (1 cycle per dependent add), so instr_per_s ÷ clock = instructions per cycle.
+// clock (1 cycle per dependent add), so instr_per_s ÷ clock = instructions per cycle. DotGroup:
+// the vpdpbusd rate of the GGML kernels' loop shape without and with their per-block fp step.
 //   build/bench/bench_vnni_peak                 (one core)
 //   build/bench/bench_vnni_peak --benchmark_filter=Dpbusd/zmm & build/bench/bench_vnni_peak ...
 //     (two at once, pinned with taskset: whether the two vCPUs share a core)
@@ -19,7 +20,7 @@ void BM_Peak(benchmark::State& state, VnniProbe kind) {
     return;
   }
   constexpr int64_t kIters = 1 << 20;
-  const int64_t per_iter = kind == VnniProbe::kAddChain ? 4 : 12;
+  const int64_t per_iter = probe_instructions_per_iter(kind);
   for (auto _ : state) vnni_peak_probe(kind, kIters);
   state.counters["instr_per_s"] = benchmark::Counter(
       static_cast<double>(kIters * per_iter) * static_cast<double>(state.iterations()),
@@ -30,6 +31,8 @@ BENCHMARK_CAPTURE(BM_Peak, Dpbusd/zmm, VnniProbe::kDpbusdZmm)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, Dpbusd/ymm, VnniProbe::kDpbusdYmm)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, Dpbf16/zmm, VnniProbe::kDpbf16Zmm)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, AddChain/clock, VnniProbe::kAddChain)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Peak, DotGroup/bare, VnniProbe::kDotGroupBare)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Peak, DotGroup/block_epilogue, VnniProbe::kDotGroupEpilogue)->UseRealTime();
 
 }  // namespace
 }  // namespace dfl::bench

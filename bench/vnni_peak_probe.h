@@ -1,6 +1,7 @@
 // AVX-512 issue-rate probe (bench_vnni_peak.cc): runs `iters` groups of 12 independent
 // instructions of one kind on registers (no memory operands), so the time per instruction is
-// the core's throughput for that kind, not a latency. Only call where cpu_isa() is kAvx512.
+// the core's throughput for that kind, not a latency; the dot-group kinds run a kernel's loop
+// shape instead. Only call where cpu_isa() is kAvx512.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,20 @@ enum class VnniProbe {
   kDpbusdYmm,   // the same on ymm (32 multiply-adds)
   kDpbf16Zmm,   // vdpbf16ps zmm (32 bf16 multiply-adds): the bf16 kernels
   kAddChain,    // dependent 64-bit integer adds, 1 cycle each: the clock the others run at
+  // The loop shape of the 16-output GGML kernels (cpu/ggml_avx512.cc q32x16_block, 8 rows): per
+  // 32-element block, 8 weight vectors × 8 rows of vpdpbusd on 4-byte activation broadcasts
+  // from an L1 panel (64 instructions, 8 chains) —
+  kDotGroupBare,      // with the integer sums kept: the ceiling of the loop itself
+  kDotGroupEpilogue,  // plus the per-(row, block) fp step of the 32-element formats: int → float,
+                      // d_w·dx, one fma into a lane accumulator in memory
 };
 
-// Instructions executed: 12 · iters (kAddChain: 4 · iters).
+// vpdpbusd (or, for kAddChain, add) instructions executed per iteration.
+constexpr int64_t probe_instructions_per_iter(VnniProbe kind) {
+  return kind == VnniProbe::kAddChain ? 4
+         : kind == VnniProbe::kDotGroupBare || kind == VnniProbe::kDotGroupEpilogue ? 64
+                                                                                     : 12;
+}
 void vnni_peak_probe(VnniProbe kind, int64_t iters);
 
 }  // namespace dfl::bench

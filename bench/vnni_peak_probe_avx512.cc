@@ -30,6 +30,45 @@ void run12(V init, Step step, Sum sum, int64_t iters) {
 
 volatile int g_sink;
 
+// 8 rows × 8 weight vectors per block over a 256-block panel (64 KiB activations: L1/L2, as a
+// kernel's panel), 8 lane accumulators per row as the kernels hold them.
+template <bool kEpilogue>
+void dot_group(int64_t iters) {
+  constexpr int kBlocks = 64;
+  alignas(64) static int8_t panel[kBlocks * 8 * 32];
+  alignas(64) static int32_t nc[kBlocks * 8];
+  alignas(64) static float dx[kBlocks * 8];
+  alignas(64) static float acc[8 * 8 * 16];
+  __m512i w[8];
+  for (int g = 0; g < 8; ++g) w[g] = _mm512_set1_epi8(static_cast<char>(g + 1));
+  const __m512 dw = _mm512_set1_ps(0.5f);
+  __m512i keep = _mm512_setzero_si512();
+  for (int64_t it = 0; it < iters; ++it) {
+    const int64_t b = it % kBlocks;
+    const int8_t* xq = panel + b * 8 * 32;
+    __m512i dot[8];
+    for (int r = 0; r < 8; ++r) dot[r] = kEpilogue ? _mm512_set1_epi32(nc[b * 8 + r]) : _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g)
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        int32_t v;
+        __builtin_memcpy(&v, xq + 32 * r + 4 * g, 4);
+        dot[r] = _mm512_dpbusd_epi32(dot[r], w[g], _mm512_set1_epi32(v));
+      }
+    for (int r = 0; r < 8; ++r) {
+      if (kEpilogue) {
+        float* ap = acc + (r * 8 + b % 8) * 16;
+        _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), _mm512_mul_ps(dw, _mm512_set1_ps(dx[b * 8 + r])),
+                                             _mm512_loadu_ps(ap)));
+      } else {
+        keep = _mm512_add_epi32(keep, dot[r]);
+      }
+    }
+  }
+  g_sink = _mm512_reduce_add_epi32(keep) + int(acc[0]);
+}
+
 }  // namespace
 
 void vnni_peak_probe(VnniProbe kind, int64_t iters) {
@@ -52,6 +91,8 @@ void vnni_peak_probe(VnniProbe kind, int64_t iters) {
             [](auto... v) { g_sink = int(_mm512_reduce_add_ps((... + v))); }, iters);
       return;
     }
+    case VnniProbe::kDotGroupBare: return dot_group<false>(iters);
+    case VnniProbe::kDotGroupEpilogue: return dot_group<true>(iters);
     case VnniProbe::kAddChain: {
       uint64_t x = 1;
       for (int64_t i = 0; i < iters; ++i)
