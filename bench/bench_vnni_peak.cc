@@ -31,6 +31,7 @@ BENCHMARK_CAPTURE(BM_Peak, Dpbusd/zmm, VnniProbe::kDpbusdZmm)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, Dpbusd/ymm, VnniProbe::kDpbusdYmm)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, Dpbf16/zmm, VnniProbe::kDpbf16Zmm)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, AddChain/clock, VnniProbe::kAddChain)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Peak, Dpbusd/one_chain, VnniProbe::kDpbusdChain)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, DotGroup/bare, VnniProbe::kDotGroupBare)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, DotGroup/block_epilogue, VnniProbe::kDotGroupEpilogue)->UseRealTime();
 

@@ -13,6 +13,7 @@ enum class VnniProbe {
   kDpbusdYmm,   // the same on ymm (32 multiply-adds)
   kDpbf16Zmm,   // vdpbf16ps zmm (32 bf16 multiply-adds): the bf16 kernels
   kAddChain,    // dependent 64-bit integer adds, 1 cycle each: the clock the others run at
+  kDpbusdChain, // ONE chain of dependent vpdpbusd zmm: clock ÷ rate = its latency in cycles
   // The loop shape of the 16-output GGML kernels (cpu/ggml_avx512.cc q32x16_block, 8 rows): per
   // 32-element block, 8 weight vectors × 8 rows of vpdpbusd on 4-byte activation broadcasts
   // from an L1 panel (64 instructions, 8 chains) —
@@ -23,7 +24,7 @@ enum class VnniProbe {
 
 // vpdpbusd (or, for kAddChain, add) instructions executed per iteration.
 constexpr int64_t probe_instructions_per_iter(VnniProbe kind) {
-  return kind == VnniProbe::kAddChain ? 4
+  return kind == VnniProbe::kAddChain || kind == VnniProbe::kDpbusdChain ? 4
          : kind == VnniProbe::kDotGroupBare || kind == VnniProbe::kDotGroupEpilogue ? 64
                                                                                      : 12;
 }

@@ -91,6 +91,19 @@ void vnni_peak_probe(VnniProbe kind, int64_t iters) {
             [](auto... v) { g_sink = int(_mm512_reduce_add_ps((... + v))); }, iters);
       return;
     }
+    case VnniProbe::kDpbusdChain: {
+      const __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(5);
+      __m512i a = _mm512_set1_epi32(1);
+      for (int64_t i = 0; i < iters; ++i) {
+        a = _mm512_dpbusd_epi32(a, b, c);
+        a = _mm512_dpbusd_epi32(a, b, c);
+        a = _mm512_dpbusd_epi32(a, b, c);
+        a = _mm512_dpbusd_epi32(a, b, c);
+        asm volatile("" : "+v"(a));
+      }
+      g_sink = _mm512_reduce_add_epi32(a);
+      return;
+    }
     case VnniProbe::kDotGroupBare: return dot_group<false>(iters);
     case VnniProbe::kDotGroupEpilogue: return dot_group<true>(iters);
     case VnniProbe::kAddChain: {
