@@ -11,7 +11,6 @@
 // Each weight block is unpacked once for all M (≤ kGgmlRowChunk = 32) activation rows.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -317,7 +316,7 @@ KPanel k_panel(const GgmlAct& a, int64_t M, bool q6k) {
 // p: the panel advanced to superblock s, row m0.
 // Rows per q4k16_super group: 8 would hold 24 int32 accumulators and spill (measured: no
 // faster than 4 on Zen 5).
-constexpr int64_t kQ4KRows = 4;
+constexpr int kQ4KRows = 4;
 
 template <int MR>
 void q4k16_super(const KPanel& p, const uint8_t* sb, int64_t s, float* acc /* [MR][8][16] */) {
@@ -387,7 +386,7 @@ void q4k16_tiles(const KPanel& p, int64_t M, const WeightMatrix& w, float* y, in
       for (int64_t m0 = 0; m0 < M; m0 += kQ4KRows) {
         float* ac = acc + m0 * 8 * 16;
         const KPanel ps = k_panel_at(p, M, s, m0, false);
-        with_rows(std::min<int64_t>(kQ4KRows, M - m0), [&](auto R) { q4k16_super<R.value>(ps, sb, s, ac); });
+        with_rows<kQ4KRows>(M - m0, [&](auto R) { q4k16_super<R.value>(ps, sb, s, ac); });
       }
     }
     store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out, 0, pair);

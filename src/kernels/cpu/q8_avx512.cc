@@ -26,7 +26,7 @@ namespace dfl::cpu::avx512 {
 
 namespace {
 
-constexpr int kMR = 8;  // activation rows per micro-kernel: with_rows (simd_avx512.h) runs 1..8
+constexpr int kMR = 8;  // activation rows per micro-kernel (with_rows<kMR>, simd_avx512.h)
 constexpr int kTileBytes = 16 * 64;  // one 16-row × 64-k block tile
 // The weight stream is prefetched twice: every line kPrefetchBlocks 1 KiB tiles ahead into L1,
 // and kPrefetchL2 tiles ahead into L2 (AMD EPYC Zen 4, 2 threads, lm_head 151936×1024: M = 8
@@ -126,7 +126,7 @@ void column_q8_block_outer(const Q8Act& a, int64_t M, const uint8_t* wt, const f
     for (int64_t m0 = 0; m0 < M; m0 += kMR) {
       float* ac = acc + m0 * 16;
       const float* dw = dt + b * 16;
-      with_rows(M - m0, [&](auto R) { block_q8<R.value>(a, m0, wb, dw, b, ac); });
+      with_rows<kMR>(M - m0, [&](auto R) { block_q8<R.value>(a, m0, wb, dw, b, ac); });
     }
   }
   const __mmask16 sm = n_valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << n_valid) - 1);
@@ -182,7 +182,7 @@ void matmul_q8(const Q8Act& a, int64_t M, const WeightMatrix& w, float* y, Threa
           }
           for (int64_t m0 = 0; m0 < M; m0 += kMR) {
             float* yr = y + m0 * N + n0;
-            with_rows(M - m0, [&](auto R) { tile_q8<R.value>(a, m0, wt, dt, nb, nv, yr, N); });
+            with_rows<kMR>(M - m0, [&](auto R) { tile_q8<R.value>(a, m0, wt, dt, nb, nv, yr, N); });
           }
         }
       },

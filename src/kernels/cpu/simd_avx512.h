@@ -29,20 +29,20 @@ static inline void prefetch_lines_l2(const void* p, int64_t bytes) {
   for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
 }
 
-// f(std::integral_constant<int, R>) for R = min(mr, 8): the micro-kernels' row count is a
-// template parameter (row groups of up to 8, so 8 int32 chains stay in flight).
-template <class F>
+// f(std::integral_constant<int, R>) for R = min(mr, Max), Max ≤ 8: the micro-kernels' row count
+// is a template parameter (row groups of up to 8, so 8 int32 chains stay in flight).
+template <int Max = 8, class F>
 static inline void with_rows(int64_t mr, F&& f) {
-  switch (mr < 8 ? mr : 8) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    case 6: return f(std::integral_constant<int, 6>{});
-    case 7: return f(std::integral_constant<int, 7>{});
-    default: return f(std::integral_constant<int, 8>{});
-  }
+  static_assert(Max >= 1 && Max <= 8, "row groups of 1..8");
+  const int r = static_cast<int>(mr < Max ? mr : Max);
+  if constexpr (Max >= 8) if (r == 8) return f(std::integral_constant<int, 8>{});
+  if constexpr (Max >= 7) if (r == 7) return f(std::integral_constant<int, 7>{});
+  if constexpr (Max >= 6) if (r == 6) return f(std::integral_constant<int, 6>{});
+  if constexpr (Max >= 5) if (r == 5) return f(std::integral_constant<int, 5>{});
+  if constexpr (Max >= 4) if (r == 4) return f(std::integral_constant<int, 4>{});
+  if constexpr (Max >= 3) if (r == 3) return f(std::integral_constant<int, 3>{});
+  if constexpr (Max >= 2) if (r == 2) return f(std::integral_constant<int, 2>{});
+  return f(std::integral_constant<int, 1>{});
 }
 
 // Independent int32 accumulators per row for a micro-kernel of MR rows: vpdpbusd has a 4-cycle
