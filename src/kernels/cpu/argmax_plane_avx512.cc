@@ -12,12 +12,6 @@
 namespace dfl::cpu::avx512 {
 namespace {
 
-inline __m512i bcast4(const int8_t* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
 // The 8 vectors of u = (q >> 2) + 32 (6 bits) of one packed block: vector v = 2g + s holds
 // elements 16s + 4g + i (i = 0..3) of the 16 outputs; its low nibbles are nibble vector g (low
 // half for s = 0, high half for s = 1), its bits 4–5 are the 2-bit field 2·(v % 4) of high-bit

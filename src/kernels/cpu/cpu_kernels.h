@@ -51,8 +51,8 @@ inline void put_y(float* y, int64_t ldy, int64_t m, int64_t n, float v, int64_t 
 }
 // The activation rows of one 32-element-block kernel call, block-major (built once per call,
 // shared by the threads): for block b, row m: q [b][m][32] int8 (the block's values), nc [b][m]
-// = corr_mul · (Σ of those 32 values), dx [b][m] = dx_mul · the block scale. A 4-row dot group
-// then reads one linear stream through one pointer (GgmlAct's rows lie K + 256 apart, their
+// = corr_mul · (Σ of those 32 values), dx [b][m] = dx_mul · the block scale. A row group of the
+// dot kernels then reads one linear stream through one pointer (GgmlAct's rows lie K + 256 apart, their
 // sums and scales in three more strided arrays: that addressing had cost the 16-row kernel ~30 %
 // on AMD Zen 5). q32_panel (ggml_matmul.cc) fills the calling thread's buffers.
 struct Q32Panel {

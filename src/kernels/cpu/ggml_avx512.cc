@@ -278,12 +278,6 @@ constexpr int64_t kQ4KQs = 2048, kQ4KSc = 2048, kQ4KM = 2048 + 128, kQ4KD = 2048
 // none 4.57 ms Q4_K / 7.70 ms Q6_K; 1 ahead 3.24 / 5.96; 2 ahead 3.16 / 6.44; 4 ahead 2.91 / 6.57.
 constexpr int64_t kPrefetchSupers = 1;
 
-inline __m512i bcast4i(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
 // The activation rows of one call for the superblock formats, superblock-major as Q32Panel
 // (cpu_kernels.h): for superblock s, row m: q [s][m][256], sums [s][m][kKPanelSums(q6k)] (the
 // 8 Σ of 32 for Q4_K, the 16 Σ of 16 for Q6_K), d [s][m]. Built once per call by k_panel().
@@ -334,8 +328,8 @@ void q4k16_super(const KPanel& p, const uint8_t* sb, int64_t s, float* acc /* [M
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const int8_t* xq = p.q + 256 * r + 64 * c + 4 * g;
-        dlo[r] = _mm512_dpbusd_epi32(dlo[r], lo, bcast4i(xq));
-        dhi[r] = _mm512_dpbusd_epi32(dhi[r], hi, bcast4i(xq + 32));
+        dlo[r] = _mm512_dpbusd_epi32(dlo[r], lo, bcast4(xq));
+        dhi[r] = _mm512_dpbusd_epi32(dhi[r], hi, bcast4(xq + 32));
       }
     }
     const __m512i sclo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KSc + 32 * c)));
@@ -575,7 +569,7 @@ void q32x16_block(const int8_t* xq /* [MR][32] */, const int32_t* nc, const floa
       const __m512i wv = _mm512_loadu_si512(bp + 64 * g);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r)
-        dot[r][g % C] = _mm512_dpbusd_epi32(dot[r][g % C], wv, bcast4i(xq + 32 * r + 4 * g));
+        dot[r][g % C] = _mm512_dpbusd_epi32(dot[r][g % C], wv, bcast4(xq + 32 * r + 4 * g));
     }
   } else {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -591,8 +585,8 @@ void q32x16_block(const int8_t* xq /* [MR][32] */, const int32_t* nc, const floa
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const int c0 = (2 * g) % C, c1 = (2 * g + 1) % C;
-        dot[r][c0] = _mm512_dpbusd_epi32(dot[r][c0], lo, bcast4i(xq + 32 * r + 4 * g));
-        dot[r][c1] = _mm512_dpbusd_epi32(dot[r][c1], hi, bcast4i(xq + 32 * r + 4 * g + 16));
+        dot[r][c0] = _mm512_dpbusd_epi32(dot[r][c0], lo, bcast4(xq + 32 * r + 4 * g));
+        dot[r][c1] = _mm512_dpbusd_epi32(dot[r][c1], hi, bcast4(xq + 32 * r + 4 * g + 16));
       }
     }
   }
@@ -683,7 +677,7 @@ void q6k16_super(const KPanel& p, const uint8_t* sb, int64_t s, float* acc) {
           const int e = 128 * h + 32 * g + 4 * lg;
 #pragma GCC unroll 8
           for (int r = 0; r < MR; ++r)
-            dj[r] = _mm512_dpbusd_epi32(dj[r], u, bcast4i(p.q + 256 * r + e));
+            dj[r] = _mm512_dpbusd_epi32(dj[r], u, bcast4(p.q + 256 * r + e));
         }
         const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 3072 + 16 * j)));
 #pragma GCC unroll 8

@@ -45,8 +45,6 @@ inline void prefetch_tile(const uint8_t* wb) {
   for (int l = 0; l < 16; ++l) _mm_prefetch(l2 + 64 * l, _MM_HINT_T1);
 }
 
-inline __m512i bcast4(const int8_t* p) { return _mm512_set1_epi32(_mm_cvtsi128_si32(_mm_loadu_si32(p))); }
-
 // Rows m0 .. m0+MR-1 of the activations × one 16-row weight tile column (all blocks).
 // S: independent int32 accumulators per row (so short M still has enough chains in flight).
 template <int MR>

@@ -29,6 +29,14 @@ static inline void prefetch_lines_l2(const void* p, int64_t bytes) {
   for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
 }
 
+// The 4 int8 values at p in every 32-bit lane: the activation operand of a vpdpbusd whose lanes
+// are 16 outputs (the packed int8 kernels).
+static inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
 // f(std::integral_constant<int, R>) for R = min(mr, Max), Max ≤ 8: the micro-kernels' row count
 // is a template parameter (row groups of up to 8, so 8 int32 chains stay in flight).
 template <int Max = 8, class F>
