@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/ggml_internal.h"
 #include "kernels/ops.h"
 #include "kernel_test_util.h"
 
@@ -250,19 +251,27 @@ TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
   const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
   ASSERT_TRUE(screen.plane) << "a Q8_0 screen on AVX-512 has its plane";
   const PackedWeight pw = prepack_weight(w, &pool);
-  for (int64_t M : {1, 3, 16, 17, 33}) {
-    std::vector<float> x(size_t(M * kK), 1.0f);
-    for (int64_t m = 0; m < M; ++m)  // rows differ in scale only: kA everywhere
-      for (int64_t k = 0; k < kK; ++k) x[size_t(m * kK + k)] = 1.0f + 0.25f * float(m % 5);
-    const auto want = reference_argmax(x.data(), M, w, pool);
-    ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(kA))) << "the construction";
-    for (const WeightMatrix* wm : {&w, &pw.matrix()}) {
-      const ops::ArgmaxStats before = ops::argmax_stats();
-      EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << "M=" << M;
-      const ops::ArgmaxStats after = ops::argmax_stats();
-      EXPECT_EQ(after.plane_rows - before.plane_rows, uint64_t(M)) << "M=" << M;
-      EXPECT_EQ(after.full_rows, before.full_rows) << "M=" << M;
-      EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << "M=" << M;
+  // AMX off (the plane for every call), then AMX on where usable: there a call that takes the
+  // AMX kernel (ggml_amx_for: packed, enough rows) screens on it instead of on the plane.
+  for (const test::PathConfig& path : test::paths_over({IsaLevel::kAvx512})) {
+    test::PathScope scope(path);
+    for (int64_t M : {1, 3, 16, 17, 33}) {
+      std::vector<float> x(size_t(M * kK), 1.0f);
+      for (int64_t m = 0; m < M; ++m)  // rows differ in scale only: kA everywhere
+        for (int64_t k = 0; k < kK; ++k) x[size_t(m * kK + k)] = 1.0f + 0.25f * float(m % 5);
+      const auto want = reference_argmax(x.data(), M, w, pool);
+      ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(kA))) << "the construction";
+      for (const WeightMatrix* wm : {&w, &pw.matrix()}) {
+        const bool amx = ops::ggml_amx_for(*wm, std::min<int64_t>(M, cpu::amx::kGgmlAmxMaxRows),
+                                           IsaLevel::kAvx512);
+        EXPECT_TRUE(path.amx || !amx) << path.name;
+        const ops::ArgmaxStats before = ops::argmax_stats();
+        EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << path.name << " M=" << M;
+        const ops::ArgmaxStats after = ops::argmax_stats();
+        EXPECT_EQ(after.plane_rows - before.plane_rows, amx ? 0u : uint64_t(M)) << path.name << " M=" << M;
+        EXPECT_EQ(after.full_rows, before.full_rows) << path.name << " M=" << M;
+        EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << path.name << " M=" << M;
+      }
     }
   }
   // Below AVX-512 the same screen runs without its plane, with the same picks.
