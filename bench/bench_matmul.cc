@@ -134,7 +134,7 @@ int reg_gemma = [] {
       if (sh.K % dtype_block_elems(f.t) != 0) continue;
       benchmark::RegisterBenchmark((std::string("Gemma/") + f.name + "/" + sh.name).c_str(),
                                    BM_MatmulGgml, f.t, sh.N, sh.K)
-          ->ArgName("M")->Arg(1)->Arg(4)->Arg(16)
+          ->ArgName("M")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)
           ->Unit(benchmark::kMicrosecond)->UseRealTime();
     }
     for (auto& f : {std::make_pair("Q8", WFmt::kQ8), std::make_pair("BF16", WFmt::kBF16)})
@@ -182,7 +182,7 @@ int reg_gemma_head = [] {
         ->ArgName("M")->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
     benchmark::RegisterBenchmark((std::string("GemmaHead/argmax/") + f.first + "/" + shape).c_str(),
                                  BM_ArgmaxGgml, f.second, int64_t{262144}, K)
-        ->ArgName("M")->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+        ->ArgName("M")->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
   }
   return 0;
 }();

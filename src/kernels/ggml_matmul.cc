@@ -80,12 +80,14 @@ bool is_k_type(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K || t == 
 namespace {
 
 // Kernel calls of at least this many int8 activation rows take AMX-INT8 where it has a kernel
-// for the layout (bench/bench_matmul 'Gemma/': below it the VNNI kernels are as fast).
-constexpr int64_t kGgmlAmxMinRows = 4;
-// ... for the K formats (kPackedQ4K16 / kPackedQ6K16: each superblock's B tiles are built per
-// call, so AMX pays off from more rows; bench/bench_ggml_kernels at 2 threads: slower than VNNI
-// at 8 rows, even at 16, 1.4-1.9x faster at 32-64; cpu/kquant_ggml_amx.cc).
-constexpr int64_t kGgmlAmxKMinRows = 16;
+// for the layout; smaller calls take VNNI (the same bits). Measured on a 2-core AMX Xeon guest,
+// 2 threads, bench/bench_matmul 'Gemma/' and 'GemmaHead/' (docs/BENCHMARKS.md, 2026-12-04): the
+// VNNI row-group kernels beat AMX below 16 rows (q32x16 layers at 4 / 8 rows in 0.55-0.8x its
+// time; the Q8_0 head's greedy picks at 4 / 8 rows, on the 6-bit plane, in 0.65 / 0.8-0.87x);
+// at 16 rows they are even for the 32-element layers and behind for the K formats (AMX in
+// 0.72-0.95x VNNI's time; 0.55-0.73x at 32 rows) and for the head's 16 q1 rows (0.9x); from 32
+// rows AMX is ahead for every layout (0.9-0.97x for the 32-element formats).
+constexpr int64_t kGgmlAmxMinRows = 16;
 
 // Activation quantization (see the top of the file). q: [M, K + 256] (padding zeroed so kernels
 // may read a whole 256-group past a row's last block), d: [M, K / ab], s16: [M, K / 16];
@@ -399,7 +401,7 @@ bool ggml_amx_for(const WeightMatrix& w, int64_t q_rows, IsaLevel isa) {
   return isa == IsaLevel::kAvx512 &&
          (w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ4K16 ||
           w.packed_format == kPackedQ6K16) &&
-         q_rows >= (is_k_type(w.dtype) ? kGgmlAmxKMinRows : kGgmlAmxMinRows) && amx_usable() &&
+         q_rows >= kGgmlAmxMinRows && amx_usable() &&
          cpu_features().amx_int8;
 }
 
