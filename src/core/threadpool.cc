@@ -16,6 +16,8 @@ inline uint32_t word_seq(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
 inline bool word_static(uint64_t w) { return (w & kStaticBit) != 0; }
 inline uint32_t word_count(uint64_t w) { return static_cast<uint32_t>((w >> 16) & 0x7fff); }
 inline uint32_t word_next(uint64_t w) { return static_cast<uint32_t>(w & 0xffff); }
+// Lane word: [63:32] job sequence, [31:16] end (one past the lane's last chunk), [15:0] next.
+inline uint32_t lane_end(uint64_t w) { return static_cast<uint32_t>((w >> 16) & 0xffff); }
 }  // namespace
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
@@ -40,7 +42,8 @@ int64_t ThreadPool::chunk_len(int64_t n, int64_t grain, int n_threads) {
   return (n_grains + c - 1) / c * grain;
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, std::min(n_threads, 1 << 12))) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, std::min(n_threads, 1 << 12))), lanes_(new Lane[size_t(n_threads_)]) {
   if (const char* e = std::getenv("DFL_POOL_SPIN")) spin_.store(std::atoi(e));
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
@@ -82,43 +85,62 @@ void ThreadPool::worker_loop(int tid) {
 // finished one (nothing left to claim) — the descriptor is read only after a successful claim,
 // when the job cannot finish without us.
 void ThreadPool::work(int tid, uint32_t& last_static) {
-  uint32_t ran = 0;  // chunks of the current job run and not yet reported to done_
-  for (;;) {
-    const uint64_t w = claim_.fetch_add(1, std::memory_order_acq_rel);
-    if (word_static(w)) {
-      // A static job: run once per job, on workers 1..count (the caller is thread 0). (ran is 0
-      // here: a job is published only once every chunk of the previous one is reported.)
-      if (word_seq(w) == last_static || static_cast<uint32_t>(tid) > word_count(w)) return;
-      last_static = word_seq(w);
-      (*all_fn_)(tid);
-      finish(w, 1);
-      return;
-    }
-    if (word_next(w) >= word_count(w)) {
-      // Nothing left: report what we ran (one atomic add per thread and job, not per chunk).
-      if (ran) finish(w, ran);
-      return;
-    }
-    run_chunk(w, tid);
-    ++ran;
+  const uint64_t w = claim_.load(std::memory_order_acquire);
+  if (word_static(w)) {
+    // A static job: run once per job, on workers 1..count (the caller is thread 0).
+    if (word_seq(w) == last_static || static_cast<uint32_t>(tid) > word_count(w)) return;
+    last_static = word_seq(w);
+    (*all_fn_)(tid);
+    finish(word_count(w), 1);
+    return;
   }
+  run_lanes(tid);
 }
 
-void ThreadPool::run_chunk(uint64_t w, int tid) {
-  const int64_t b = static_cast<int64_t>(word_next(w)) * len_;
+// Claims chunks of the current dynamic job, own lane first, then the others' (stealing), until
+// every lane is dry. A lane word may still hold a finished job (every claim then fails) or a
+// newer one than the job this thread woke for (its chunks are as valid to take): the descriptor
+// is read only after a successful claim, when the job cannot finish without us, and once one
+// claim succeeded every later one is of the same job (it cannot end before we report).
+void ThreadPool::run_lanes(int tid) {
+  uint32_t ran = 0;  // chunks run and not yet reported to done_ (one atomic add per thread and job)
+  for (int i = 0; i < n_threads_; ++i) {
+    std::atomic<uint64_t>& lane = lanes_[size_t((tid + i) % n_threads_)].word;
+    for (;;) {
+      const uint64_t lw = lane.fetch_add(1, std::memory_order_acq_rel);
+      if (word_next(lw) >= lane_end(lw)) break;
+      run_chunk(word_next(lw), tid);
+      ++ran;
+    }
+  }
+  if (ran) finish(static_cast<uint32_t>(count_), ran);
+}
+
+void ThreadPool::run_chunk(uint32_t chunk, int tid) {
+  const int64_t b = static_cast<int64_t>(chunk) * len_;
   const int64_t e = std::min(n_, b + len_);
   (*range_fn_)(b, e, tid);
 }
 
-void ThreadPool::finish(uint64_t w, uint32_t chunks) {
+void ThreadPool::finish(uint32_t count, uint32_t chunks) {
   const uint32_t d = done_.fetch_add(chunks, std::memory_order_seq_cst) + chunks;
   // Dekker pairing with wait_done(): it sets caller_sleeping_ then re-reads done_.
-  if (d == word_count(w) && caller_sleeping_.load(std::memory_order_seq_cst)) done_.notify_all();
+  if (d == count && caller_sleeping_.load(std::memory_order_seq_cst)) done_.notify_all();
 }
 
 void ThreadPool::publish(bool is_static, int64_t count) {
   ++seq_;
   done_.store(0, std::memory_order_relaxed);
+  if (!is_static) {
+    // Lane l: chunks [l·count/T, (l+1)·count/T), contiguous. Release: a thread whose claim
+    // succeeds on this word also sees the descriptor and done_ (it may skip claim_).
+    count_ = count;
+    for (int l = 0; l < n_threads_; ++l) {
+      const uint64_t b = uint64_t(count) * uint64_t(l) / uint64_t(n_threads_);
+      const uint64_t e = uint64_t(count) * uint64_t(l + 1) / uint64_t(n_threads_);
+      lanes_[size_t(l)].word.store((uint64_t(seq_) << 32) | (e << 16) | b, std::memory_order_release);
+    }
+  }
   const uint64_t w = (static_cast<uint64_t>(seq_) << 32) | (is_static ? kStaticBit : 0) |
                      (static_cast<uint64_t>(count) << 16);
   claim_.store(w, std::memory_order_release);           // publishes the descriptor and done_
@@ -160,16 +182,7 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   n_ = n;
   len_ = chunk_len(n, grain, n_threads_);
   publish(false, count);
-  uint32_t ran = 0;
-  for (;;) {
-    const uint64_t w = claim_.fetch_add(1, std::memory_order_acq_rel);
-    if (word_next(w) >= word_count(w)) {
-      if (ran) finish(w, ran);
-      break;
-    }
-    run_chunk(w, 0);
-    ++ran;
-  }
+  run_lanes(0);
   wait_done(static_cast<uint32_t>(count));
 }
 

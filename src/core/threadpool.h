@@ -4,9 +4,13 @@
 //
 // parallel_for splits [0, n) into chunk_count(n, grain, n_threads) contiguous, grain-aligned
 // chunks — more chunks than threads, fixed by (n, grain) alone for pools of up to 4 threads,
-// never by timing — and the threads CLAIM them one at a time from an atomic counter. A thread
-// that another process has descheduled just claims fewer chunks: the op does not wait for it
-// unless it is in the middle of a chunk. fn(begin, end, tid) gets the claiming thread's tid, so
+// never by timing — and the threads CLAIM them one at a time. Each thread has a lane of
+// consecutive chunks (thread t: chunks [t·count/T, (t+1)·count/T)) with its own claim counter on
+// its own cache line; when its lane is dry it claims from the others' (stealing). So a thread
+// streams one contiguous range and its claims touch a line no other core writes until someone
+// steals (one shared counter cost ~200 ns a claim on a 2-core Xeon: docs/BENCHMARKS.md). A
+// thread that another process has descheduled just claims fewer chunks: the op does not wait
+// for it unless it is in the middle of a chunk. fn(begin, end, tid) gets the claiming thread's tid, so
 // `tid` still indexes per-thread scratch (a thread runs one chunk at a time). A kernel whose
 // per-element math doesn't depend on the chunk or the thread is bit-identical across runs and
 // thread counts (src/kernels/ops.h).
@@ -27,6 +31,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -63,13 +68,14 @@ class ThreadPool {
 
  private:
   // claim_ word: [63:32] job sequence, [31] static job, [30:16] chunk count (or worker count
-  // for a static job), [15:0] next chunk to claim.
+  // for a static job); the chunks themselves are claimed from lanes_.
   static constexpr int kChunks = 16;  // for pools of up to 4 threads; 4 per thread above
   static constexpr int kMaxChunks = 1 << 14;
   void worker_loop(int tid);
   void work(int tid, uint32_t& last_static);
-  void run_chunk(uint64_t word, int tid);
-  void finish(uint64_t word, uint32_t chunks);
+  void run_lanes(int tid);
+  void run_chunk(uint32_t chunk, int tid);
+  void finish(uint32_t count, uint32_t chunks);
   void publish(bool is_static, int64_t count);
   void wait_done(uint32_t target);
 
@@ -79,8 +85,14 @@ class ThreadPool {
   // reaches the job's count.
   const RangeFn* range_fn_ = nullptr;
   const std::function<void(int)>* all_fn_ = nullptr;
-  int64_t n_ = 0, len_ = 0;
+  int64_t n_ = 0, len_ = 0, count_ = 0;
   uint32_t seq_ = 0;
+  // One claim word per thread ("lane", own cache line): [63:32] job sequence, [31:16] end,
+  // [15:0] next chunk; thread t claims from lane t until it is dry, then from the others.
+  struct alignas(64) Lane {
+    std::atomic<uint64_t> word{0};
+  };
+  std::unique_ptr<Lane[]> lanes_;
   alignas(64) std::atomic<uint64_t> claim_{0};
   alignas(64) std::atomic<uint32_t> done_{0};
   alignas(64) std::atomic<uint32_t> generation_{0};

@@ -151,5 +151,26 @@ TEST(ThreadPool, SlowThreadInsideAChunk) {
   EXPECT_EQ(total.load(), 64);
 }
 
+// Lanes: each thread starts on its own contiguous lane and steals when it is dry. The worker
+// sleeps in its first chunk, which is in its lane (chunks 8..15 of 16 = [32, 64)); the caller
+// runs its lane and steals every other chunk of the worker's meanwhile.
+TEST(ThreadPool, ThreadsStartOnTheirOwnLaneAndStealTheRest) {
+  ThreadPool pool(2);
+  ASSERT_EQ(ThreadPool::chunk_count(64, 1, 2), 16);
+  std::mutex mu;
+  std::vector<int64_t> by_caller, by_worker;
+  std::atomic<bool> slept{false};
+  pool.parallel_for(64, [&](int64_t b, int64_t, int tid) {
+    if (tid != 0 && !slept.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::lock_guard<std::mutex> l(mu);
+    (tid == 0 ? by_caller : by_worker).push_back(b);
+  });
+  EXPECT_GE(by_caller.size(), 15u);
+  EXPECT_EQ(by_caller.size() + by_worker.size(), 16u);
+  for (int64_t b : by_worker) EXPECT_GE(b, 32) << "the worker's first chunk is in its own lane";
+  for (size_t i = 0; i < 8 && i < by_caller.size(); ++i)
+    EXPECT_EQ(by_caller[i], int64_t(4 * i)) << "the caller runs its own lane first, in order";
+}
+
 }  // namespace
 }  // namespace dfl
