@@ -80,10 +80,8 @@ void ThreadPool::worker_loop(int tid) {
   }
 }
 
-// Claims chunks of the job in claim_ until none is left. The generation this worker woke for
-// may already be finished: claim_ then holds a newer job (its chunks are as valid to take) or a
-// finished one (nothing left to claim) — the descriptor is read only after a successful claim,
-// when the job cannot finish without us.
+// The job claim_ names (at least as new as the generation this worker woke for): a static one
+// runs here once; a dynamic one is claimed through the lanes (run_lanes).
 void ThreadPool::work(int tid, uint32_t& last_static) {
   const uint64_t w = claim_.load(std::memory_order_acquire);
   if (word_static(w)) {
