@@ -139,8 +139,8 @@ void ThreadPool::publish(bool is_static, int64_t count) {
       lanes_[size_t(l)].word.store((uint64_t(seq_) << 32) | (e << 16) | b, std::memory_order_release);
     }
   }
-  const uint64_t w = (static_cast<uint64_t>(seq_) << 32) | (is_static ? kStaticBit : 0) |
-                     (static_cast<uint64_t>(count) << 16);
+  const uint64_t w = (static_cast<uint64_t>(seq_) << 32) |
+                     (is_static ? kStaticBit | (static_cast<uint64_t>(count) << 16) : 0);
   claim_.store(w, std::memory_order_release);           // publishes the descriptor and done_
   generation_.fetch_add(1, std::memory_order_seq_cst);  // wakes the workers
   if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();

@@ -10,8 +10,8 @@
 // streams one contiguous range and its claims touch a line no other core writes until someone
 // steals (one shared counter cost ~200 ns a claim on a 2-core Xeon: docs/BENCHMARKS.md). A
 // thread that another process has descheduled just claims fewer chunks: the op does not wait
-// for it unless it is in the middle of a chunk. fn(begin, end, tid) gets the claiming thread's tid, so
-// `tid` still indexes per-thread scratch (a thread runs one chunk at a time). A kernel whose
+// for it unless it is in the middle of a chunk. fn(begin, end, tid) gets the claiming thread's
+// tid, so `tid` still indexes per-thread scratch (a thread runs one chunk at a time). A kernel whose
 // per-element math doesn't depend on the chunk or the thread is bit-identical across runs and
 // thread counts (src/kernels/ops.h).
 //
@@ -67,8 +67,8 @@ class ThreadPool {
   void set_spin(int iterations) { spin_.store(iterations, std::memory_order_relaxed); }
 
  private:
-  // claim_ word: [63:32] job sequence, [31] static job, [30:16] chunk count (or worker count
-  // for a static job); the chunks themselves are claimed from lanes_.
+  // claim_ word: [63:32] job sequence, [31] static job, [30:16] the worker count of a static
+  // job (a dynamic job's chunks are claimed from lanes_; its count is count_).
   static constexpr int kChunks = 16;  // for pools of up to 4 threads; 4 per thread above
   static constexpr int kMaxChunks = 1 << 14;
   void worker_loop(int tid);
