@@ -12,6 +12,9 @@ enum class AmxProbe {
   kSharedA,              // one A tile × two B tiles, into 2 C tiles in turn
   kDependentProducts,    // tdpbssd into one C tile, the same A and B: its latency
   kKernelStep,           // tile load A, load B, zero C, tdpbssd, tile store C: one kernel step
+  kEpilogue,             // no tile op: the 32-element kernels' fp step of one block, 16 rows
+                         // (load a C row, convert, scale product, fma into the row's register)
+  kStepAndEpilogue,      // kKernelStep, then the fp step on the C that the step before stored
 };
 
 // k_bytes: the A tile's bytes per row (32: one GGML 32-block; 64: the widest tile).

@@ -11,7 +11,19 @@ namespace {
 
 alignas(64) int8_t g_a[2][16 * 64];
 alignas(64) int8_t g_b[2][16 * 64];
-alignas(64) int32_t g_c[16 * 16];
+alignas(64) int32_t g_c[2][16 * 16];
+alignas(64) float g_scale[2][16], g_dx[2][16];  // two sets: no product is loop-invariant
+volatile float g_sink;
+
+// The fp step of one block for 16 rows (cpu/ggml_amx.cc finish()): acc[r] += float(c row r) ·
+// (d_w · d_x[r]).
+inline void block_epilogue(int s, const int32_t* c, __m512 acc[16]) {
+  const __m512 dw = _mm512_load_ps(g_scale[s]);
+  for (int r = 0; r < 16; ++r) {
+    const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(g_dx[s][r]));
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * r)), sc, acc[r]);
+  }
+}
 
 }  // namespace
 
@@ -23,6 +35,12 @@ void amx_tile_probe(AmxProbe kind, int k_bytes, int64_t iters) {
     g_a[0][i] = g_a[1][i] = static_cast<int8_t>(i * 37 + 11);
     g_b[0][i] = g_b[1][i] = static_cast<int8_t>(i * 53 - 7);
   }
+  for (int i = 0; i < 16; ++i) {
+    g_scale[0][i] = g_scale[1][i] = 1e-3f * float(i + 1);
+    g_dx[0][i] = g_dx[1][i] = 1e-4f * float(17 - i);
+  }
+  __m512 acc[16];
+  for (auto& a : acc) a = _mm512_setzero_ps();
   cpu::amx::configure_tiles({16, 16, kr, kr, 16, 16, 16, 16}, {kb, kb, 64, 64, 64, 64, 64, 64});
   _tile_loadd(0, g_a[0], 64);
   _tile_loadd(1, g_a[1], 64);
@@ -62,10 +80,32 @@ void amx_tile_probe(AmxProbe kind, int k_bytes, int64_t iters) {
         _tile_loadd(2, g_b[i & 1], 64);
         _tile_zero(4);
         _tile_dpbssd(4, 0, 2);
-        _tile_stored(4, g_c, 64);
+        _tile_stored(4, g_c[0], 64);
+      }
+      break;
+    case AmxProbe::kEpilogue:
+      for (int64_t i = 0; i < iters; ++i) block_epilogue(int(i & 1), g_c[i & 1], acc);
+      break;
+    case AmxProbe::kStepAndEpilogue:  // two C tiles in turn, as the kernels' step ring
+      for (int64_t i = 0; i < iters; i += 2) {
+        _tile_loadd(0, g_a[0], 64);
+        _tile_loadd(2, g_b[0], 64);
+        _tile_zero(4);
+        _tile_dpbssd(4, 0, 2);
+        _tile_stored(5, g_c[1], 64);
+        block_epilogue(0, g_c[0], acc);
+        _tile_loadd(1, g_a[1], 64);
+        _tile_loadd(3, g_b[1], 64);
+        _tile_zero(5);
+        _tile_dpbssd(5, 1, 3);
+        _tile_stored(4, g_c[0], 64);
+        block_epilogue(1, g_c[1], acc);
       }
       break;
   }
+  float s = 0;
+  for (auto& a : acc) s += _mm512_reduce_add_ps(a);
+  g_sink = s;
   _tile_release();
 }
 

@@ -1,7 +1,10 @@
 // What one AMX-INT8 tile operation costs on this machine (ns per operation, L1-resident data):
 // the floor under the GGML AMX kernels (cpu/ggml_amx.cc, cpu/kquant_ggml_amx.cc), which issue one
 // 16-row × 16-output product per 32-element block (A rows of 32 bytes, half of what a tile takes:
-// Arg 32 against Arg 64 shows whether that halves the work per product or not).
+// Arg 32 against Arg 64 shows whether that halves the work per product or not), then finish each
+// product with a vector fp step per row (epilogue: that step alone; step_and_epilogue: both, in
+// the kernels' two-tile ring — their sum or their max says whether the tile unit and the vector
+// units overlap).
 //   build/bench/bench_amx_tiles
 #include <benchmark/benchmark.h>
 
@@ -32,6 +35,8 @@ BENCHMARK_CAPTURE(BM_AmxTile, shared_a, AmxProbe::kSharedA)->Arg(32)->Arg(64)->U
 BENCHMARK_CAPTURE(BM_AmxTile, dependent_products, AmxProbe::kDependentProducts)
     ->Arg(32)->Arg(64)->UseRealTime();
 BENCHMARK_CAPTURE(BM_AmxTile, kernel_step, AmxProbe::kKernelStep)->Arg(32)->Arg(64)->UseRealTime();
+BENCHMARK_CAPTURE(BM_AmxTile, epilogue, AmxProbe::kEpilogue)->Arg(32)->UseRealTime();
+BENCHMARK_CAPTURE(BM_AmxTile, step_and_epilogue, AmxProbe::kStepAndEpilogue)->Arg(32)->UseRealTime();
 
 }  // namespace
 }  // namespace dfl::bench

@@ -120,6 +120,30 @@ void lane_major_order(int64_t nb, int16_t* seq) {
     for (int64_t b = l; b < nb; b += 8) seq[i++] = static_cast<int16_t>(b);
 }
 
+// Block b's fp step for the R rows (their lane's accumulators acc, in registers: a function of
+// its own, not a lambda — an accumulator captured by reference has its address taken, and the
+// "memory" clobber of GCC's _tile_stored then kept it on the stack, a load and a store per row
+// and block); after the lane's last block its sums go to lanes.
+template <int T, int R>
+DFL_INLINE inline void finish_block(__m512 (&acc)[R], const uint8_t* tile, int64_t b, int64_t nb,
+                                    const float* xd, const int32_t (*cb)[16],
+                                    float (*lanes)[8][16]) {
+  const __m512 dw =
+      _mm512_loadu_ps(reinterpret_cast<const float*>(tile + b * kBlockBytes<T> + kQs<T> + kQh<T>));
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[r * nb + b]));
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[r])), sc, acc[r]);
+  }
+  if (b + 8 >= nb) {  // the lane's last block
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      _mm512_store_ps(lanes[r][b % 8], acc[r]);
+      acc[r] = _mm512_setzero_ps();
+    }
+  }
+}
+
 // Rows [m0, m0 + R) × the 16 outputs of one packed tile (all nb blocks): the 8 lane sums per
 // row into lanes[R][8][16]. next_tile (or nullptr): the following tile, prefetched block by
 // block. Step i: issue the product of block seq[i + 2], store that of seq[i + 1], finish
@@ -137,6 +161,7 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
   alignas(64) int32_t c[2][16][16];
   alignas(64) uint8_t ub[4][512];
   __m512 acc[R];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   // Q4_0 / Q5_0: block seq[i]'s B operand — the ring slot, or its place in the tile's cache.
   auto operand = [&](int64_t i) DFL_INLINE -> uint8_t* {
@@ -155,20 +180,6 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
     }
     block_product<decltype(pc)::value, kQ8>(xq + 32 * b, ldq, kQ8 ? tile + b * BB : operand(i));
   };
-  auto finish = [&](int64_t i, int32_t (*cb)[16]) DFL_INLINE {
-    const int64_t b = seq[i];
-    const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(tile + b * BB + kQs<T> + kQh<T>));
-    for (int r = 0; r < R; ++r) {
-      const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[r * nb + b]));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[r])), sc, acc[r]);
-    }
-    if (b + 8 >= nb) {  // the lane's last block
-      for (int r = 0; r < R; ++r) {
-        _mm512_store_ps(lanes[r][b % 8], acc[r]);
-        acc[r] = _mm512_setzero_ps();
-      }
-    }
-  };
   using P0 = std::integral_constant<int, 0>;
   using P1 = std::integral_constant<int, 1>;
   auto step = [&](auto pc, int64_t i) DFL_INLINE {
@@ -182,7 +193,6 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
     unpack(i + 4);
     if (i + 2 < n) product(pc, i + 2);
     if (i + 1 < n) store_product<1 - P>(c[1 - P]);
-    finish(i, c[P]);
   };
   for (int64_t i = 0; i < 4; ++i) unpack(i);
   product(P0{}, 0);
@@ -190,7 +200,11 @@ void tile_rows(const GgmlAct& a, int64_t m0, const uint8_t* tile, int64_t nb,
   store_product<0>(c[0]);
   for (int64_t i = 0; i < n; i += 2) {
     step(P0{}, i);
-    if (i + 1 < n) step(P1{}, i + 1);
+    finish_block<T, R>(acc, tile, seq[i], nb, xd, c[0], lanes);
+    if (i + 1 < n) {
+      step(P1{}, i + 1);
+      finish_block<T, R>(acc, tile, seq[i + 1], nb, xd, c[1], lanes);
+    }
   }
   for (int64_t l = nb; l < 8; ++l)  // lanes without blocks (K < 256)
     for (int r = 0; r < R; ++r) _mm512_store_ps(lanes[r][l], _mm512_setzero_ps());
