@@ -87,20 +87,20 @@ void amx_tile_probe(AmxProbe kind, int k_bytes, int64_t iters) {
       for (int64_t i = 0; i < iters; ++i) block_epilogue(int(i & 1), g_c[i & 1], acc);
       break;
     case AmxProbe::kStepAndEpilogue:  // two C tiles in turn, as the kernels' step ring
+      // Parity P (tiles A = P, B = 2 + P, C = 4 + P; literal tile numbers): the product of this
+      // step, the store of the other C tile, the fp step on the C stored the step before.
+#define DFL_RING_STEP(P, A, B, C, OTHER_C)         \
+  _tile_loadd(A, g_a[P], 64);                      \
+  _tile_loadd(B, g_b[P], 64);                      \
+  _tile_zero(C);                                   \
+  _tile_dpbssd(C, A, B);                           \
+  _tile_stored(OTHER_C, g_c[1 - P], 64);           \
+  block_epilogue(P, g_c[P], acc);
       for (int64_t i = 0; i < iters; i += 2) {
-        _tile_loadd(0, g_a[0], 64);
-        _tile_loadd(2, g_b[0], 64);
-        _tile_zero(4);
-        _tile_dpbssd(4, 0, 2);
-        _tile_stored(5, g_c[1], 64);
-        block_epilogue(0, g_c[0], acc);
-        _tile_loadd(1, g_a[1], 64);
-        _tile_loadd(3, g_b[1], 64);
-        _tile_zero(5);
-        _tile_dpbssd(5, 1, 3);
-        _tile_stored(4, g_c[0], 64);
-        block_epilogue(1, g_c[1], acc);
+        DFL_RING_STEP(0, 0, 2, 4, 5)
+        DFL_RING_STEP(1, 1, 3, 5, 4)
       }
+#undef DFL_RING_STEP
       break;
   }
   float s = 0;
