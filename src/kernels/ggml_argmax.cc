@@ -94,20 +94,18 @@ inline float finish_output(float y1, const cpu::GgmlAct* q1, const cpu::GgmlAct&
   return y1 + ggml_portable_dot(q2, m, w, n);
 }
 
-// The greedy pick of one row from its y1 row, or -1: compute this row in full. idx: scratch
+// The greedy pick of one row from its y1 row, or -1: compute this row in full. idx / hi: scratch
 // of candidate_cap(V) entries. Plane (q1 non-null, AVX-512 Q8_0 only): y1 is ŷ1, and the
 // half-width adds plane_bound·X1.
 int32_t finish_row(const float* y1, const float* bound, int64_t V, float R, const cpu::GgmlAct& q2,
-                   int64_t m, const WeightMatrix& w, IsaLevel isa, int32_t* idx,
+                   int64_t m, const WeightMatrix& w, IsaLevel isa, int32_t* idx, float* hi,
                    const cpu::GgmlAct* q1 = nullptr, const float* plane_bound = nullptr,
                    float X1 = 0) {
   const int64_t cap = candidate_cap(V);
   int64_t count = 0;
   if (isa == IsaLevel::kAvx512) {
     bool bad = false;
-    const float L = cpu::avx512::screen_lower_max(y1, bound, V, R, kRel, kHuge, &bad, plane_bound, X1);
-    if (bad) return -1;
-    count = cpu::avx512::screen_candidates(y1, bound, V, R, kRel, L, idx, cap, plane_bound, X1);
+    count = cpu::avx512::screen_row(y1, bound, V, R, kRel, kHuge, &bad, idx, hi, cap, plane_bound, X1);
     if (count < 0) return -1;
   } else {
     float L = -std::numeric_limits<float>::infinity();
@@ -305,6 +303,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   thread_local std::vector<float> resid, y1, xr;
   thread_local std::vector<int64_t> redo;
   thread_local std::vector<int32_t> picks, idx;
+  thread_local std::vector<float> his;
   for (int64_t m0 = 0; m0 < n_rows; m0 += chunk) {
     const int64_t M = std::min(chunk, n_rows - m0);
     const int64_t padded = amx ? (M + 15) / 16 * 16 : M;  // AMX tiles load 16 rows
@@ -326,13 +325,15 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     const float* y1p = y1.data();
     const int64_t cap = candidate_cap(V);
     if (idx.size() < static_cast<size_t>(M * cap)) idx.resize(static_cast<size_t>(M * cap));
+    if (his.size() < static_cast<size_t>(M * cap)) his.resize(static_cast<size_t>(M * cap));
     int32_t* idxp = idx.data();
+    float* hip = his.data();
     pool.parallel_for(
         M,
-        [&, y1p, idxp](int64_t r0, int64_t r1, int) {
+        [&, y1p, idxp, hip](int64_t r0, int64_t r1, int) {
           for (int64_t r = r0; r < r1; ++r)
             out[m0 + r] = finish_row(y1p + r * V, screen.bound.data(), V, residual_norm(a2, r, ab), a2,
-                                     r, w, isa, idxp + r * cap, on_plane ? &a1 : nullptr,
+                                     r, w, isa, idxp + r * cap, hip + r * cap, on_plane ? &a1 : nullptr,
                                      on_plane ? screen.plane_bound.data() : nullptr,
                                      on_plane ? residual_norm(a1, r, ab) : 0.0f);
         },

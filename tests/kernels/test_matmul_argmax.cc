@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ggml_internal.h"
 #include "kernels/ops.h"
 #include "kernel_test_util.h"
@@ -280,6 +282,64 @@ TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
   const ops::ArgmaxStats before = ops::argmax_stats();
   EXPECT_EQ(screened_argmax(x.data(), 2, w, screen, pool), (std::vector<int32_t>{int32_t(kA), int32_t(kA)}));
   EXPECT_EQ(ops::argmax_stats().plane_rows, before.plane_rows);
+}
+
+// The one-pass screen (cpu::avx512::screen_row) against its definition, the two passes: the
+// same candidates in the same order, the same give-ups. Rows: random; ascending (the running
+// threshold lags far behind: what it keeps overflows cap, and the exact pass must take over);
+// descending (the seed is the maximum); a few large outputs late; a NaN or a huge value; every
+// length mod 16, with and without the second bound.
+TEST(MatmulArgmax, OnePassScreenIsTheTwoPassScreen) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "an AVX-512 kernel";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  int cases = 0, overflowed = 0;
+  for (int64_t V : {5, 16, 40, 1000, 1024, 1031, 4096, 5000})
+    for (int kind = 0; kind < 6; ++kind)
+      for (int second = 0; second < 2; ++second) {
+        const size_t nv = static_cast<size_t>(V);
+        std::vector<float> y(nv), b(nv), b2(nv);
+        for (int64_t n = 0; n < V; ++n) {
+          const float t = float(n) / float(V);
+          y[size_t(n)] = kind == 0 ? g(rng) : kind == 1 ? 10 * t : kind == 2 ? 10 * (1 - t) : g(rng);
+          b[size_t(n)] = 0.01f * u(rng);
+          b2[size_t(n)] = 0.02f * u(rng);
+        }
+        if (kind == 3)
+          for (int64_t n = V - 1; n >= 0 && n > V - 40; n -= 7) y[size_t(n)] = 8.0f + 0.001f * float(n);
+        if (kind == 4) y[size_t(V / 2)] = NAN;
+        if (kind == 5) y[size_t(V - 1)] = 3e38f;
+        const float R = 0.5f, R2 = second ? 0.25f : 0.0f, rel = 0x1p-21f, huge = 1e30f;
+        const float* bp2 = second ? b2.data() : nullptr;
+        const int64_t cap = V / 16 + 64;
+        bool bad_ref = false;
+        const float L = cpu::avx512::screen_lower_max(y.data(), b.data(), V, R, rel, huge, &bad_ref, bp2, R2);
+        const size_t nc = static_cast<size_t>(cap);
+        std::vector<int32_t> want(nc), got(nc);
+        const int64_t n_want =
+            bad_ref ? -1 : cpu::avx512::screen_candidates(y.data(), b.data(), V, R, rel, L, want.data(), cap, bp2, R2);
+        std::vector<float> hi(nc);
+        bool bad = false;
+        const int64_t n_got = cpu::avx512::screen_row(y.data(), b.data(), V, R, rel, huge, &bad, got.data(),
+                                                      hi.data(), cap, bp2, R2);
+        const std::string what = "V=" + std::to_string(V) + " kind=" + std::to_string(kind);
+        EXPECT_EQ(bad, bad_ref) << what;
+        ASSERT_EQ(n_got, n_want) << what;
+        for (int64_t i = 0; i < n_want; ++i) EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << what << " i=" << i;
+        ++cases;
+        // The construction: outputs 1024..2047 face the seed's threshold (the lower max of the
+        // first 1024); where more than cap of them clear it, the one pass overflows.
+        if (V >= 2048 && !bad_ref) {
+          bool ignored;
+          const float seed = cpu::avx512::screen_lower_max(y.data(), b.data(), 1024, R, rel, huge, &ignored, bp2, R2);
+          std::vector<int32_t> past(1024);
+          overflowed += cpu::avx512::screen_candidates(y.data() + 1024, b.data() + 1024, 1024, R, rel, seed,
+                                                       past.data(), 1024, bp2 ? bp2 + 1024 : nullptr, R2) > cap;
+        }
+      }
+  EXPECT_EQ(cases, 96);
+  EXPECT_GE(overflowed, 4) << "the construction: the ascending rows must overflow cap";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// AVX-512 parts of ops::matmul_argmax's screen (kernels/ggml_argmax.cc has the math): the two
-// passes over a row's q1-half outputs and the exact finish of a Q8_0 candidate. The finish makes
+// AVX-512 parts of ops::matmul_argmax's screen (kernels/ggml_argmax.cc has the math): the pass
+// over a row's q1-half outputs (screen_row; the two-pass form it falls back to) and the exact
+// finish of a Q8_0 candidate. The finish makes
 // the bits of ggml_portable_dot (and so of every kernel): the block dots are exact integers
 // however they are summed, and the fp32 steps are the same — lane b % 8 gets
 // fma(float(dot_b), f16(d_b)·dx_b, lane), then ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)).
@@ -81,6 +82,69 @@ int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float 
     idx[count++] = static_cast<int32_t>(n);
   }
   return count;
+}
+
+int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, float rel, float huge,
+                   bool* bad, int32_t* idx, float* hi, int64_t cap, const float* bound2, float R2) {
+  const float* b2p = bound2 ? bound2 : bound;
+  const float r2 = bound2 ? R2 : 0.0f;
+  const __m512 vr = _mm512_set1_ps(R), vrel = _mm512_set1_ps(rel), vhuge = _mm512_set1_ps(huge);
+  const __m512 vr2 = _mm512_set1_ps(r2);
+  const __m512i step = _mm512_set1_epi32(16);
+  const int64_t nv = V / 16 * 16;
+  // The running threshold starts at the lower max of the first 1024 outputs and is raised every
+  // 64 vectors: always ≤ the final L, so what it keeps is a superset of the candidates.
+  float seed = -INFINITY;
+  {
+    bool ignored;
+    const int64_t s = nv < 1024 ? nv : 1024;
+    if (s > 0) seed = screen_lower_max(y1, bound, s, R, rel, huge, &ignored, bound2, R2);
+  }
+  __m512 L = _mm512_set1_ps(seed), Lrun = L;
+  __m512i ids = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __mmask16 ok = 0xFFFF;
+  int64_t count = 0;
+  bool overflow = false;
+  for (int64_t n = 0; n < nv; n += 16, ids = _mm512_add_epi32(ids, step)) {
+    const __m512 y = _mm512_loadu_ps(y1 + n);
+    const __m512 h = half_width(y, _mm512_loadu_ps(bound + n), vr, _mm512_loadu_ps(b2p + n), vr2, vrel);
+    ok &= _mm512_cmp_ps_mask(abs_ps(y), vhuge, _CMP_LE_OQ);  // false for NaN
+    L = _mm512_max_ps(L, _mm512_sub_ps(y, h));
+    const __m512 up = _mm512_add_ps(y, h);
+    const __mmask16 m = _mm512_cmp_ps_mask(up, Lrun, _CMP_GE_OQ);
+    if (m && !overflow) {
+      const int c = __builtin_popcount(m);
+      if (count + c > cap) {
+        overflow = true;
+      } else {
+        _mm512_mask_compressstoreu_epi32(idx + count, m, ids);
+        _mm512_mask_compressstoreu_ps(hi + count, m, up);
+        count += c;
+      }
+    }
+    if ((n & 1023) == 1008) Lrun = _mm512_set1_ps(_mm512_reduce_max_ps(L));
+  }
+  float l = _mm512_reduce_max_ps(L);
+  bool b = ok != 0xFFFF;
+  for (int64_t n = nv; n < V; ++n) {  // the tail: lower bounds first, candidates below
+    const float a = __builtin_fabsf(y1[n]);
+    b |= !(a <= huge);
+    const float lo = y1[n] - (__builtin_fmaf(b2p[n], r2, bound[n] * R) + a * rel);
+    l = lo > l ? lo : l;
+  }
+  *bad = b;
+  if (b) return -1;
+  if (overflow) return screen_candidates(y1, bound, V, R, rel, l, idx, cap, bound2, R2);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < count; ++i)
+    if (hi[i] >= l) idx[kept++] = idx[i];
+  for (int64_t n = nv; n < V; ++n) {
+    const float up = y1[n] + (__builtin_fmaf(b2p[n], r2, bound[n] * R) + __builtin_fabsf(y1[n]) * rel);
+    if (!(up >= l)) continue;
+    if (kept + 1 > cap) return -1;
+    idx[kept++] = static_cast<int32_t>(n);
+  }
+  return kept;
 }
 
 float q8_0_row_dot(const uint8_t* row, const int8_t* q, const float* dx, int64_t nb) {

@@ -84,6 +84,14 @@ float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, 
 int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float R, float rel,
                           float L, int32_t* idx, int64_t cap, const float* bound2 = nullptr,
                           float R2 = 0);
+// Both in one pass over the row: the candidates screen_candidates gives for the L
+// screen_lower_max gives (the same indices, in order) into idx, their count; −1 when *bad or past
+// cap of them. hi: scratch of cap floats. Reads y1 once instead of twice: what it keeps against
+// a running lower max (a superset) is filtered at the end; past cap of those it finishes as
+// screen_candidates.
+int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, float rel, float huge,
+                   bool* bad, int32_t* idx, float* hi, int64_t cap, const float* bound2 = nullptr,
+                   float R2 = 0);
 // One output of a Q8_0 row (nb 34-byte blocks) for an int8 activation row (q, per-block dx): the
 // bits of ggml_portable_dot.
 float q8_0_row_dot(const uint8_t* row, const int8_t* q, const float* dx, int64_t nb);
