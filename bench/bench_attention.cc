@@ -1,6 +1,6 @@
 // Attention: decode (1 query), verify blocks (16 queries) and prefill (512 queries over their own
 // 512 keys) over a causal cache, Qwen3-4B-like heads (32 query heads, 8 kv heads, d 128),
-// Qwen3-0.6B-like (16 / 8) and MiMo-like d_qk 192 / d_v 128 with a window. The flops counter
+// Qwen3-0.6B-like (16 / 8), Gemma-3-270M-like (4 / 1, d 256) and MiMo-like d_qk 192 / d_v 128 with a window. The flops counter
 // counts visible (query, key) pairs × 2 × (d_qk + d_v) per head. BM_AttentionPaged: the same
 // calls over a paged cache (ops.h KvPages, 16-slot pages in shuffled order).
 //   build/bench/bench_attention --benchmark_filter=qwen3_4b
@@ -134,6 +134,13 @@ void BM_AttentionKvPool(benchmark::State& st, int32_t H, int32_t KVH, int32_t d)
 BENCHMARK_CAPTURE(BM_AttentionKvPool, qwen3_0_6b, 16, 8, 128)
     ->ArgNames({"n_q", "n_kv", "bf16"})
     ->ArgsProduct({{1, 16}, {2048, 8192}, {0, 1}})->Args({256, 2048, 0})->Args({256, 2048, 1})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Gemma-3-270M (4 query heads, 1 kv head, d 256): a verify block over `dflash bench`'s 128-token
+// context, and decode.
+BENCHMARK_CAPTURE(BM_AttentionKvPool, gemma3_270m, 4, 1, 256)
+    ->ArgNames({"n_q", "n_kv", "bf16"})
+    ->Args({1, 129, 1})->Args({16, 144, 1})->Args({16, 144, 0})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_Attention, qwen3_4b_causal, 32, 8, 128, 128, Window{-1, 0})
