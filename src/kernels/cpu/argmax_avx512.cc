@@ -24,6 +24,11 @@ inline __m512 half_width(__m512 y, __m512 b, __m512 R, __m512 b2, __m512 R2, __m
   return _mm512_add_ps(_mm512_fmadd_ps(b2, R2, _mm512_mul_ps(b, R)), _mm512_mul_ps(abs_ps(y), rel));
 }
 
+// The same for one output (the tails): the same operations in the same order.
+inline float half_width(float y, float b, float R, float b2, float R2, float rel) {
+  return __builtin_fmaf(b2, R2, b * R) + __builtin_fabsf(y) * rel;
+}
+
 }  // namespace
 
 float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, float rel,
@@ -47,7 +52,7 @@ float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, 
   for (; n < V; ++n) {
     const float a = __builtin_fabsf(y1[n]);
     b |= !(a <= huge);
-    const float lo = y1[n] - (__builtin_fmaf(bound2[n], R2, bound[n] * R) + a * rel);
+    const float lo = y1[n] - half_width(y1[n], bound[n], R, bound2[n], R2, rel);
     l = lo > l ? lo : l;
   }
   *bad = b;
@@ -76,7 +81,7 @@ int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float 
     count += c;
   }
   for (; n < V; ++n) {
-    const float hi = y1[n] + (__builtin_fmaf(bound2[n], R2, bound[n] * R) + __builtin_fabsf(y1[n]) * rel);
+    const float hi = y1[n] + half_width(y1[n], bound[n], R, bound2[n], R2, rel);
     if (!(hi >= L)) continue;
     if (count + 1 > cap) return -1;
     idx[count++] = static_cast<int32_t>(n);
@@ -129,7 +134,7 @@ int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, floa
   for (int64_t n = nv; n < V; ++n) {  // the tail: lower bounds first, candidates below
     const float a = __builtin_fabsf(y1[n]);
     b |= !(a <= huge);
-    const float lo = y1[n] - (__builtin_fmaf(b2p[n], r2, bound[n] * R) + a * rel);
+    const float lo = y1[n] - half_width(y1[n], bound[n], R, b2p[n], r2, rel);
     l = lo > l ? lo : l;
   }
   *bad = b;
@@ -139,7 +144,7 @@ int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, floa
   for (int64_t i = 0; i < count; ++i)
     if (hi[i] >= l) idx[kept++] = idx[i];
   for (int64_t n = nv; n < V; ++n) {
-    const float up = y1[n] + (__builtin_fmaf(b2p[n], r2, bound[n] * R) + __builtin_fabsf(y1[n]) * rel);
+    const float up = y1[n] + half_width(y1[n], bound[n], R, b2p[n], r2, rel);
     if (!(up >= l)) continue;
     if (kept + 1 > cap) return -1;
     idx[kept++] = static_cast<int32_t>(n);
