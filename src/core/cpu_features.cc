@@ -21,6 +21,7 @@ CpuFeatures detect() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
   const unsigned max_leaf = a;
+  f.intel = b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "Genu" "ineI" "ntel"
   __cpuid(1, a, b, c, d);
   const bool osxsave = (c >> 27) & 1;
   f.fma = (c >> 12) & 1;

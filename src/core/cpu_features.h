@@ -15,6 +15,7 @@ struct CpuFeatures {
   bool avx512bf16 = false, avx512vnni = false, avx512fp16 = false;
   bool avx_vnni = false, amx_tile = false, amx_bf16 = false, amx_int8 = false;
   bool os_avx = false, os_avx512 = false, os_amx = false;  // XCR0 enables the register state
+  bool intel = false;                                        // vendor "GenuineIntel"
 };
 
 enum class IsaLevel : int {

@@ -16,6 +16,13 @@
 namespace dfl::ops {
 
 namespace {
+Bf16Dot g_bf16_dot = [] {
+  const char* e = std::getenv("DFL_BF16_DOT");
+  const std::string v = e ? e : "";
+  DFL_CHECK(v.empty() || v == "fma" || v == "dpbf16", "DFL_BF16_DOT='", v, "': expected fma or dpbf16");
+  if (!v.empty()) return v == "fma" ? Bf16Dot::kFma : Bf16Dot::kDpbf16;
+  return cpu_features().intel ? Bf16Dot::kFma : Bf16Dot::kDpbf16;
+}();
 
 // Per-thread scratch that only grows (the engine calls ops from one thread; no allocation once
 // the largest shape has been seen).
@@ -112,7 +119,9 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
   DFL_ASSERT(w.packed_format == kPackedNone || w.packed_format == kPackedAmxBf16);
   if (w.packed_format == kPackedAmxBf16 && isa == IsaLevel::kAvx512) {  // AVX-512, AMX off
     thread_local std::vector<uint16_t> xb;
-    cpu::avx512::matmul_bf16_packed(x, n_rows, w, y, pool, scratch(xb, n_rows * ((w.n_in + 31) / 32 * 32)));
+    const bool fma = ops::g_bf16_dot == Bf16Dot::kFma;
+    const int64_t n = fma ? 2 * n_rows * cpu::avx512::fma_x_stride(w.n_in) : n_rows * ((w.n_in + 31) / 32 * 32);
+    cpu::avx512::matmul_bf16_packed(x, n_rows, w, y, pool, scratch(xb, static_cast<size_t>(n)), fma);
     return;
   }
   const bool fp32w = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
@@ -458,6 +467,8 @@ bool kv_dtype_from_name(const char* s, KvDtype* out) {
   return true;
 }
 
+void set_bf16_dot(Bf16Dot d) { ops::g_bf16_dot = d; }
+Bf16Dot bf16_dot() { return ops::g_bf16_dot; }
 void set_bf16_prefill_attention(bool on) { ops::g_bf16_prefill_attention = on; }
 bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }
 bool uses_bf16_prefill_attention(int64_t n_q) {

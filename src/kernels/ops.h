@@ -349,6 +349,21 @@ ArgmaxStats argmax_stats();
 
 }  // namespace ops
 
+// How AVX-512 without AMX multiplies kPackedAmxBf16 weights (bf16-rounded activations, fp32
+// accumulation, lanes = outputs):
+//   kDpbf16: vdpbf16ps, 32 products per instruction (Zen 4 / Zen 5 issue it at the fp32 FMA rate);
+//   kFma: each weight pair widened to fp32 in registers (exact), then two fp32 FMAs, the odd
+//     element first — the per-output sequence Intel's SDM defines for vdpbf16ps, whose zmm form
+//     Intel cores issue at a quarter of their FMA rate (Emerald Rapids: 1.4 vs 5.9 G/s per core),
+//     so at verify and prefill sizes this is 1.5–1.8× faster there, and the same bits as vdpbf16ps
+//     on Intel (tested; x has no bf16 denormals, and the flushing of denormal weights / sums that
+//     vdpbf16ps does, this does not).
+// Default: kFma on Intel CPUs, kDpbf16 elsewhere; DFL_BF16_DOT=fma|dpbf16 overrides. One choice per
+// process (batch invariance holds under either). Not thread-safe against running kernels.
+enum class Bf16Dot { kDpbf16, kFma };
+void set_bf16_dot(Bf16Dot d);
+Bf16Dot bf16_dot();
+
 // Activation precision of the GGML block matmul (ops::matmul on kQ8_0 ... kQ6_K weights):
 //   kInt8x2 (default): each activation row x is quantized twice per block (ggml_matmul.cc):
 //     x ≈ d1·q1 + d2·q2 with q1 = int8(x / d1) and q2 = int8 of the residual x − d1·q1

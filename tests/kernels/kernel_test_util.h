@@ -81,11 +81,13 @@ struct IsaScope {
   ~IsaScope() { set_cpu_isa_limit(IsaLevel::kAvx512); }
 };
 
-// A kernel path: an ISA cap and AMX on or off; PathScope selects one for a scope.
+// A kernel path: an ISA cap, AMX on or off and the BF16 product engine without AMX (ops.h
+// Bf16Dot); PathScope selects one for a scope.
 struct PathConfig {
   IsaLevel isa;
   bool amx;
   std::string name;
+  Bf16Dot bf16 = Bf16Dot::kDpbf16;
 };
 // Each of `levels` with AMX off, then AVX-512 + AMX where usable.
 inline std::vector<PathConfig> paths_over(const std::vector<IsaLevel>& levels) {
@@ -99,13 +101,27 @@ inline std::vector<PathConfig> paths_over(const std::vector<IsaLevel>& levels) {
 inline std::vector<PathConfig> attention_paths() { return paths_over(attention_levels()); }
 
 // The matmul paths a machine has: every ISA level with AMX off (BF16 weights prepacked on
-// AVX-512 run the lanes-are-outputs kernel there), then AVX-512 + AMX where usable.
-inline std::vector<PathConfig> matmul_paths() { return paths_over(isa_levels()); }
+// AVX-512 run the lanes-are-outputs kernel there, on vdpbf16ps), AVX-512 with that kernel on
+// fp32 FMA, then AVX-512 + AMX where usable.
+inline std::vector<PathConfig> matmul_paths() {
+  std::vector<PathConfig> v = paths_over(isa_levels());
+  if (cpu_isa() == IsaLevel::kAvx512)
+    v.insert(v.begin() + static_cast<int>(IsaLevel::kAvx512) + 1,
+             {IsaLevel::kAvx512, false, "avx512+bf16-fma", Bf16Dot::kFma});
+  return v;
+}
 
 struct PathScope {
   IsaScope isa;
-  explicit PathScope(const PathConfig& c) : isa(c.isa) { set_amx_enabled(c.amx); }
-  ~PathScope() { set_amx_enabled(true); }
+  Bf16Dot bf16_before = bf16_dot();
+  explicit PathScope(const PathConfig& c) : isa(c.isa) {
+    set_amx_enabled(c.amx);
+    set_bf16_dot(c.bf16);
+  }
+  ~PathScope() {
+    set_amx_enabled(true);
+    set_bf16_dot(bf16_before);
+  }
 };
 
 // Attention test shapes and data (tests/kernels/test_attention*.cc).

@@ -243,6 +243,37 @@ TEST(Matmul, AmxBlockedPrefillRowsEqualSingleRows) {
     }
 }
 
+// The FMA form of the packed BF16 kernel (ops.h Bf16Dot::kFma) performs, per output, the
+// operations Intel's SDM gives vdpbf16ps: on Intel CPUs the two engines must agree bit for bit
+// (so choosing one is a speed decision only); elsewhere (AMD's vdpbf16ps may round otherwise)
+// they agree to fp32 rounding. Every row count the tile dispatch distinguishes, ragged K and N.
+TEST(Matmul, PackedBf16FmaIsVdpbf16psOnIntel) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
+  test::PathScope scope({IsaLevel::kAvx512, false, "avx512"});
+  ThreadPool pool(2);
+  int64_t compared = 0, differing = 0;
+  for (int64_t K : {32, 70, 333, 1024})
+    for (int64_t N : {16, 67, 200}) {
+      TestWeight t;
+      make_weight(t, Fmt::kBF16Pack, N, K, static_cast<uint32_t>(N * 7 + K));
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 16, 17, 33}) {
+        const auto x = randn(M * K, static_cast<uint32_t>(M + K + N));
+        std::vector<float> yd(M * N), yf(M * N);
+        set_bf16_dot(Bf16Dot::kDpbf16);
+        ops::matmul(x.data(), M, t.w, yd.data(), pool);
+        set_bf16_dot(Bf16Dot::kFma);
+        ops::matmul(x.data(), M, t.w, yf.data(), pool);
+        for (size_t i = 0; i < yd.size(); ++i) differing += std::memcmp(&yd[i], &yf[i], 4) != 0;
+        compared += static_cast<int64_t>(yd.size());
+        ASSERT_LT(nmse(yf.data(), yd.data(), yd.size()), 1e-12) << "M=" << M << " N=" << N << " K=" << K;
+      }
+    }
+  std::printf("packed BF16, FMA vs vdpbf16ps: %lld of %lld outputs differ (Intel: %d)\n",
+              static_cast<long long>(differing), static_cast<long long>(compared),
+              cpu_features().intel);
+  if (cpu_features().intel) EXPECT_EQ(differing, 0);
+}
+
 TEST(Matmul, Q8ErrorVsBf16IsSmall) {
   ThreadPool pool(2);
   const int64_t M = 8, N = 96, K = 1000;

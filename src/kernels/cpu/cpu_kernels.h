@@ -126,9 +126,12 @@ void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
 void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                  uint16_t* xb);
 // BF16 weights prepacked in the kPackedAmxBf16 layout, on AVX-512 BF16 without AMX (lanes =
-// outputs; batch invariant; cpu/matmul_avx512.cc). Same arguments as matmul_bf16.
+// outputs; batch invariant; cpu/matmul_avx512.cc). Same arguments as matmul_bf16, and fma: the
+// products on fp32 FMA instead of vdpbf16ps (same per-output sequence as Intel's vdpbf16ps;
+// xb then holds M * fma_x_stride(K) floats).
 void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
-                        uint16_t* xb);
+                        uint16_t* xb, bool fma);
+int64_t fma_x_stride(int64_t K);
 // F32, F16 and F8_E4M3 (+ block scales) weights, dequantized to fp32 in registers.
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);

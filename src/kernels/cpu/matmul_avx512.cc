@@ -94,6 +94,21 @@ void to_bf16_rows(const float* x, int64_t M, int64_t K, int64_t Kp, uint16_t* xb
   }
 }
 
+// x [M, K] → fp32 copies of its bf16 roundings (the same RNE as to_bf16_rows), zero-padded to Kp,
+// rows xs floats apart.
+void to_bf16_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t xs, float* xf) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * K;
+    float* dst = xf + m * xs;
+    for (int64_t k = 0; k < Kp; k += 16) {
+      const int64_t r = K - k;
+      const __mmask16 mk = r >= 16 ? 0xffff : r <= 0 ? 0 : static_cast<__mmask16>((1u << r) - 1);
+      const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, xr + k));
+      _mm512_storeu_ps(dst + k, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // BF16 weights in the kPackedAmxBf16 layout (AVX-512 without AMX): per 16-output tile and 32-k
 // chunk, [16 k-pairs][16 n][2] bf16 — one 64-byte row is a vdpbf16ps operand whose lane n holds
@@ -142,6 +157,121 @@ void packed_bf16_rows(int64_t mr, const uint16_t* xb, int64_t Kp, const uint16_t
 #undef DFL_PB16
     default: break;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same products on fp32 FMA, for cores whose vdpbf16ps issues at a fraction of their FMA rate
+// (Intel without AMX: 1.4 G/s against 5.9 G/s vfmadd zmm per core on Emerald Rapids). A packed
+// dword holds a pair (k even: low half, k odd: high half), widened to fp32 exactly (w << 16,
+// w & 0xffff0000). Per pair, odd then even, each a fused multiply-add of an exact bf16 × bf16
+// product: the sequence Intel's SDM defines for vdpbf16ps (its denormal flushing aside: x holds
+// no bf16 denormals — the RNE conversion flushes them — and weights or sums below 2^-126 do not
+// occur in checkpoints), hence the same bits (tested). x comes as fp32 copies of the
+// bf16-rounded activations (xf), broadcast from memory into the FMAs; MR rows share each widened
+// weight vector. Each output is one accumulator walking k in order, whatever M or the grouping.
+
+// Weight prefetch distance, in bf16 elements (4 KiB: 4 k-chunks ahead in each tile's stream).
+// Emerald Rapids, 151936×1024 on 2 threads: M = 1 10.4 → 9.4 ms (at the read bandwidth), M = 16
+// 24.4 → 20.4 ms; 2, 8 or 16 KiB no better (0.6B verify t(16) 91–93 ms at 2–4 KiB, 96–103 at
+// 8–16 KiB).
+constexpr int64_t kFmaPrefetch = 2048;
+
+}  // namespace
+
+// Row stride of xf: K rounded up to 32, plus one cache line, so that the rows of a row block
+// (read together, a broadcast each per k pair) do not all map to one L1 set when Kp·4 bytes is a
+// multiple of 4 KiB.
+int64_t fma_x_stride(int64_t K) { return (K + 31) / 32 * 32 + 16; }
+
+namespace {
+
+template <int MR, int G>
+void fma_tiles(const float* xf, int64_t xs, const uint16_t* wt, int64_t n_kc, int64_t n0,
+               int64_t N, float* y, int64_t ldy) {
+  static_assert(MR * G + 2 * G <= 28, "accumulators + widened weights + 2 broadcasts in 32 zmm");
+  const int64_t ts = n_kc * kPackTile;  // stride between tiles
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  __m512 acc[MR][G];
+  for (int i = 0; i < MR; ++i)
+    for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
+  for (int64_t kc = 0; kc < n_kc; ++kc) {
+    const uint16_t* wk = wt + kc * kPackTile;
+    const float* xk = xf + kc * 32;
+    for (int kp = 0; kp < 16; ++kp) {
+      __m512 w_even[G], w_odd[G];
+      for (int g = 0; g < G; ++g) {
+        const uint16_t* wp = wk + g * ts + kp * 32;
+        const __m512i wv = _mm512_loadu_si512(wp);
+        _mm_prefetch(reinterpret_cast<const char*>(wp + kFmaPrefetch), _MM_HINT_T0);
+        w_even[g] = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+        w_odd[g] = _mm512_castsi512_ps(_mm512_and_si512(wv, hi_mask));
+      }
+      for (int i = 0; i < MR; ++i) {
+        const float* xp = xk + i * xs + 2 * kp;
+        const __m512 x_odd = _mm512_set1_ps(xp[1]), x_even = _mm512_set1_ps(xp[0]);
+        for (int g = 0; g < G; ++g) {
+          acc[i][g] = _mm512_fmadd_ps(w_odd[g], x_odd, acc[i][g]);
+          acc[i][g] = _mm512_fmadd_ps(w_even[g], x_even, acc[i][g]);
+        }
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const int64_t nb = n0 + 16 * g, nv = imin(16, N - nb);
+    if (nv <= 0) break;
+    const __mmask16 mk = nv >= 16 ? 0xffff : static_cast<__mmask16>((1u << nv) - 1);
+    for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy + nb, mk, acc[i][g]);
+  }
+}
+
+template <int G>
+void fma_rows(int64_t mr, const float* xf, int64_t xs, const uint16_t* wt, int64_t n_kc,
+              int64_t n0, int64_t N, float* y, int64_t ldy) {
+  switch (mr) {
+#define DFL_FMA_ROWS(r) \
+  case r: if constexpr (r * G + 2 * G <= 28) return fma_tiles<r, G>(xf, xs, wt, n_kc, n0, N, y, ldy); break;
+    DFL_FMA_ROWS(1) DFL_FMA_ROWS(2) DFL_FMA_ROWS(3) DFL_FMA_ROWS(4)
+    DFL_FMA_ROWS(5) DFL_FMA_ROWS(6) DFL_FMA_ROWS(7) DFL_FMA_ROWS(8)
+#undef DFL_FMA_ROWS
+    default: break;
+  }
+}
+
+void matmul_bf16_packed_fma(const float* x, int64_t M, const WeightMatrix& w, float* y,
+                            ThreadPool& pool, float* xf) {
+  const int64_t N = w.n_out, K = w.n_in;
+  const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32, n_tiles = (N + 15) / 16;
+  const int64_t xs = fma_x_stride(K);
+  to_bf16_fp32_rows(x, M, K, Kp, xs, xf);
+  const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
+  // Tiles per group by M (MR·G + 2G ≤ 28): more weight streams for few rows, rows in blocks of
+  // ≤ 8 beyond 4 (Emerald Rapids, 2 threads, M = 16: 3072×1024 in 362 µs = 139 GMAC/s, 8 rows ×
+  // 2 tiles; 16 rows × 1 tile 428 µs). Only who computes what, never the arithmetic.
+  const int G = M <= 1 ? 8 : M <= 2 ? 6 : M <= 4 ? 4 : 2;
+  const int64_t MR = G == 8 ? 1 : G == 6 ? 2 : G == 4 ? 4 : 8;
+  const int64_t n_groups = (n_tiles + G - 1) / G;
+  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1, int) {
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t t0 = gi * G, nt = imin(G, n_tiles - t0);
+      const uint16_t* wt = wp + t0 * n_kc * kPackTile;
+      for (int64_t m0 = 0; m0 < M; m0 += MR) {
+        const int64_t mr = imin(MR, M - m0);
+        const float* xr = xf + m0 * xs;
+        float* yr = y + m0 * N;
+        if (nt == G) {
+          switch (G) {
+            case 8: fma_rows<8>(mr, xr, xs, wt, n_kc, t0 * 16, N, yr, N); break;
+            case 6: fma_rows<6>(mr, xr, xs, wt, n_kc, t0 * 16, N, yr, N); break;
+            case 4: fma_rows<4>(mr, xr, xs, wt, n_kc, t0 * 16, N, yr, N); break;
+            default: fma_rows<2>(mr, xr, xs, wt, n_kc, t0 * 16, N, yr, N); break;
+          }
+        } else {  // the last, partial group: one tile at a time
+          for (int64_t t = 0; t < nt; ++t)
+            fma_rows<1>(mr, xr, xs, wt + t * n_kc * kPackTile, n_kc, (t0 + t) * 16, N, yr, N);
+        }
+      }
+    }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -304,7 +434,8 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
 }
 
 void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
-                        uint16_t* xb) {
+                        uint16_t* xb, bool fma) {
+  if (fma) return matmul_bf16_packed_fma(x, M, w, y, pool, reinterpret_cast<float*>(xb));
   const int64_t N = w.n_out, K = w.n_in;
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32, n_tiles = (N + 15) / 16;
   to_bf16_rows(x, M, K, Kp, xb);
