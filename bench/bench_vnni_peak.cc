@@ -30,6 +30,8 @@ void BM_Peak(benchmark::State& state, VnniProbe kind) {
 BENCHMARK_CAPTURE(BM_Peak, Dpbusd/zmm, VnniProbe::kDpbusdZmm)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, Dpbusd/ymm, VnniProbe::kDpbusdYmm)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, Dpbf16/zmm, VnniProbe::kDpbf16Zmm)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Peak, Fma/zmm, VnniProbe::kFmaZmm)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Peak, Dpbusd/zmm_bcast_load, VnniProbe::kDpbusdBcast)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, AddChain/clock, VnniProbe::kAddChain)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, Dpbusd/one_chain, VnniProbe::kDpbusdChain)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Peak, DotGroup/bare, VnniProbe::kDotGroupBare)->UseRealTime();

@@ -12,7 +12,12 @@ enum class VnniProbe {
   kDpbusdZmm,   // vpdpbusd zmm (u8 × s8 → s32, 64 multiply-adds): the GGML int8 kernels
   kDpbusdYmm,   // the same on ymm (32 multiply-adds)
   kDpbf16Zmm,   // vdpbf16ps zmm (32 bf16 multiply-adds): the bf16 kernels
+  kFmaZmm,      // vfmadd231ps zmm (16 fp32 multiply-adds): the bf16 kernels' FMA form (Intel)
+  kDpbusdBcast, // vpdpbusd zmm on a 4-byte broadcast load per instruction (the kernels' operand),
+                // 12 chains: the ceiling of a loop fed from memory
   kAddChain,    // dependent 64-bit integer adds, 1 cycle each: the clock the others run at
+                // (not on Intel Golden Cove cores, which fold immediate adds at rename: there
+                // the FMA rate ÷ 2 is the clock)
   kDpbusdChain, // ONE chain of dependent vpdpbusd zmm: clock ÷ rate = its latency in cycles
   // The loop shape of the 16-output GGML kernels (cpu/ggml_avx512.cc q32x16_block, 8 rows): per
   // 32-element block, 8 weight vectors × 8 rows of vpdpbusd on 4-byte activation broadcasts

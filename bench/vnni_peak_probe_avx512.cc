@@ -30,6 +30,24 @@ void run12(V init, Step step, Sum sum, int64_t iters) {
 
 volatile int g_sink;
 
+// 12 chains of vpdpbusd, each on a 4-byte broadcast load of its own word (a load per
+// instruction, as in the kernels; the empty asm makes every iteration reload).
+void dpbusd_bcast(int64_t iters) {
+  alignas(64) static int32_t x[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const int32_t* xp = x;
+  const __m512i b = _mm512_set1_epi8(3);
+  __m512i a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_epi32(i);
+  for (int64_t it = 0; it < iters; ++it) {
+    asm volatile("" : "+r"(xp));
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbusd_epi32(a[i], b, _mm512_set1_epi32(xp[i]));
+  }
+  __m512i t = a[0];
+  for (int i = 1; i < 12; ++i) t = _mm512_add_epi32(t, a[i]);
+  g_sink = _mm512_reduce_add_epi32(t);
+}
+
 // 8 rows × 8 weight vectors per block over a 256-block panel (64 KiB activations: L1/L2, as a
 // kernel's panel), 8 lane accumulators per row as the kernels hold them.
 template <bool kEpilogue>
@@ -91,6 +109,13 @@ void vnni_peak_probe(VnniProbe kind, int64_t iters) {
             [](auto... v) { g_sink = int(_mm512_reduce_add_ps((... + v))); }, iters);
       return;
     }
+    case VnniProbe::kFmaZmm: {
+      const __m512 b = _mm512_set1_ps(1.0f), c = _mm512_set1_ps(1e-9f);
+      run12(_mm512_setzero_ps(), [&](__m512 a) { return _mm512_fmadd_ps(b, c, a); },
+            [](auto... v) { g_sink = int(_mm512_reduce_add_ps((... + v))); }, iters);
+      return;
+    }
+    case VnniProbe::kDpbusdBcast: return dpbusd_bcast(iters);
     case VnniProbe::kDpbusdChain: {
       const __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(5);
       __m512i a = _mm512_set1_epi32(1);

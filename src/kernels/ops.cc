@@ -410,7 +410,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
     if (amx_usable())
       cpu::amx::attention(q, q_pos, n_q, kv, p, out, pool, work, pos_work);
     else
-      cpu::avx512::attention_bf16(q, q_pos, n_q, kv, p, out, pool, work, pos_work);
+      cpu::avx512::attention_bf16(q, q_pos, n_q, kv, p, out, pool, work, pos_work,
+                                  g_bf16_dot == Bf16Dot::kFma);
     return;
   }
   if (cpu_isa() == IsaLevel::kAvx512) {

@@ -350,7 +350,7 @@ ArgmaxStats argmax_stats();
 }  // namespace ops
 
 // How AVX-512 without AMX multiplies kPackedAmxBf16 weights (bf16-rounded activations, fp32
-// accumulation, lanes = outputs):
+// accumulation, lanes = outputs), and the bf16 prefill attention's Q·Kᵀ and P·V:
 //   kDpbf16: vdpbf16ps, 32 products per instruction (Zen 4 / Zen 5 issue it at the fp32 FMA rate);
 //   kFma: each weight pair widened to fp32 in registers (exact), then two fp32 FMAs, the odd
 //     element first — the per-output sequence Intel's SDM defines for vdpbf16ps, whose zmm form

@@ -97,19 +97,27 @@ inline std::vector<PathConfig> paths_over(const std::vector<IsaLevel>& levels) {
   if (amx_usable()) v.push_back({IsaLevel::kAvx512, true, "avx512+amx"});
   return v;
 }
-// Attention: its levels (scalar, AVX-512) with AMX off, then the AMX prefill kernel.
-inline std::vector<PathConfig> attention_paths() { return paths_over(attention_levels()); }
+// `levels` as paths_over gives them, with AVX-512's bf16 pair products also on fp32 FMA
+// (ops.h Bf16Dot) right after the vdpbf16ps path.
+inline std::vector<PathConfig> paths_with_bf16_fma(const std::vector<IsaLevel>& levels) {
+  std::vector<PathConfig> v = paths_over(levels);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i].isa == IsaLevel::kAvx512 && !v[i].amx) {
+      v.insert(v.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+               {IsaLevel::kAvx512, false, "avx512+bf16-fma", Bf16Dot::kFma});
+      break;
+    }
+  return v;
+}
+
+// Attention: its levels (scalar, AVX-512 with vdpbf16ps, then FMA) with AMX off, then the AMX
+// prefill kernel.
+inline std::vector<PathConfig> attention_paths() { return paths_with_bf16_fma(attention_levels()); }
 
 // The matmul paths a machine has: every ISA level with AMX off (BF16 weights prepacked on
 // AVX-512 run the lanes-are-outputs kernel there, on vdpbf16ps), AVX-512 with that kernel on
 // fp32 FMA, then AVX-512 + AMX where usable.
-inline std::vector<PathConfig> matmul_paths() {
-  std::vector<PathConfig> v = paths_over(isa_levels());
-  if (cpu_isa() == IsaLevel::kAvx512)
-    v.insert(v.begin() + static_cast<int>(IsaLevel::kAvx512) + 1,
-             {IsaLevel::kAvx512, false, "avx512+bf16-fma", Bf16Dot::kFma});
-  return v;
-}
+inline std::vector<PathConfig> matmul_paths() { return paths_with_bf16_fma(isa_levels()); }
 
 struct PathScope {
   IsaScope isa;

@@ -203,6 +203,40 @@ TEST(Attention, LongQueryRunsAndWideGroupsEqualOneByOne) {
 // Against the double reference with bf16-sized bounds, for every mask, sinks, GQA, d_qk != d_v,
 // odd dims, holes (NaN values) and ring order; bit-identical across thread counts and across
 // different groupings of the same rows into 16-query tiles.
+// The bf16 prefill attention's FMA engine (ops.h Bf16Dot::kFma) against its vdpbf16ps engine:
+// the same bits on Intel CPUs (the FMA form is vdpbf16ps's sequence there), fp32-rounding
+// close elsewhere.
+TEST(Attention, Bf16PrefillFmaEngineIsVdpbf16psOnIntel) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 BF16 on this machine";
+  ThreadPool pool(2);
+  set_amx_enabled(false);
+  const Bf16Dot before = bf16_dot();
+  int64_t compared = 0, differing = 0;
+  for (const Case& c : {Case{4, 4, 64, 64}, Case{8, 2, 128, 128}, Case{6, 3, 24, 40}})
+    for (Window w : kWindows) {
+      const int64_t n_kv = 150, n_q = 100;
+      Data d = make_data(c, n_q, n_kv, 93, true, true);
+      const AttnParams p = params(c, w, d, true);
+      std::vector<float> od(n_q * c.n_heads * c.d_v), of(od.size());
+      set_bf16_dot(Bf16Dot::kDpbf16);
+      ops::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(), n_kv,
+                     p, od.data(), pool);
+      set_bf16_dot(Bf16Dot::kFma);
+      ops::attention(d.q.data(), d.q_pos.data(), n_q, d.k.data(), d.v.data(), d.k_pos.data(), n_kv,
+                     p, of.data(), pool);
+      for (size_t i = 0; i < od.size(); ++i) differing += std::memcmp(&od[i], &of[i], 4) != 0;
+      compared += static_cast<int64_t>(od.size());
+      ASSERT_LT(test::nmse(of.data(), od.data(), od.size()), 1e-10);
+    }
+  set_bf16_dot(before);
+  set_amx_enabled(true);
+  std::printf("bf16 prefill attention, FMA vs vdpbf16ps engine: %lld of %lld outputs differ (Intel: %d)\n",
+              static_cast<long long>(differing), static_cast<long long>(compared), cpu_features().intel);
+  if (cpu_features().intel) {
+    EXPECT_EQ(differing, 0);
+  }
+}
+
 TEST(Attention, Bf16PrefillMatchesReferenceAndIsInvariant) {
   ThreadPool p1(1), p2(2), p3(3);
   const Case cases[] = {{4, 4, 64, 64}, {8, 2, 128, 128}, {4, 1, 192, 128}, {6, 3, 24, 40},

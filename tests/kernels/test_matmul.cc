@@ -271,7 +271,9 @@ TEST(Matmul, PackedBf16FmaIsVdpbf16psOnIntel) {
   std::printf("packed BF16, FMA vs vdpbf16ps: %lld of %lld outputs differ (Intel: %d)\n",
               static_cast<long long>(differing), static_cast<long long>(compared),
               cpu_features().intel);
-  if (cpu_features().intel) EXPECT_EQ(differing, 0);
+  if (cpu_features().intel) {
+    EXPECT_EQ(differing, 0);
+  }
 }
 
 TEST(Matmul, Q8ErrorVsBf16IsSmall) {

@@ -148,11 +148,12 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
 // products, for machines without AMX (cpu/attention_bf16_avx512.cc). work:
 // bf16_prefill_attention_work_floats(p, kv.n_slots, pool.n_threads()) floats, for this engine
 // and amx::attention alike (one scratch layout: cpu/attention_bf16_prefill.h); pos_work:
-// kv.n_slots int32 (positions gathered contiguous).
+// kv.n_slots int32 (positions gathered contiguous); fma: the pair products on fp32 FMA instead
+// of vdpbf16ps (ops.h Bf16Dot; the same bits on Intel).
 int64_t bf16_prefill_attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads);
 void attention_bf16(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                     const AttnParams& p, float* out, ThreadPool& pool, float* work,
-                    int32_t* pos_work);
+                    int32_t* pos_work, bool fma);
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
                   float eps, float* y);
