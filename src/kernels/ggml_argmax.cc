@@ -37,12 +37,29 @@
 //   high bits [2 j][16 o][4]: bits 2·(v % 4) of vector j = v / 4 = ((h + 32) >> 4) of element
 //                 16·(v % 2) + 4·(v / 2) + i, v = 0..7
 //   d [16 o] f16 (the block's own).
+//
+// BF16 heads (kPackedAmxBf16 on AVX-512 without AMX: the packed kernel, vdpbf16ps or its FMA
+// form). The kernel's output is y = fl(Σ w·x̃), x̃ = bf16(x), one fp32 accumulator per output
+// walking the k pairs in order, every step one or two roundings of exact bf16 products, so
+// |y − Σ w·x̃| ≤ γ_b·||w||·||x̃|| with γ_b = (2K + 4)·2⁻²³ (also under round-toward-zero). The
+// plane is built from w itself: per 32-block d = fp16(max|w| / 127) (rounded up), q = clamp(
+// rne(w / d), ±127), h = q >> 2, ŵ = d·(4h + 1.5) — the Q8_0 plane's layout and kernel — with
+// e = w − ŵ measured in double. x̂1 = d1·q1 is x̃'s int8 part (32-blocks), r = x̃ − x̂1, and
+//   y − ŷ1 = (y − Σ w·x̃) + ⟨w, r⟩ + ⟨e, x̂1⟩ + (Σ ŵ·x̂1 − ŷ1)
+//   |y − ŷ1| ≤ ||w||·(||r|| + γ_b·||x̃||) + (||e|| + γ_p·||ŵ||)·||x̂1|| + A,
+// A = K·2⁻¹²⁵ (underflow and denormal flushing in the kernel and in x̃'s conversion), carried as
+// A / min_n ||w_n|| in R. So the same screen runs with bound_n = ||w_n||·(1 + 2⁻¹⁶), R = ||r|| +
+// γ_b·||x̃|| + A / min ||w_n||, P_n = (||e_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) and X1 = ||x̂1||; the
+// candidates are finished by the packed kernel itself on their 16-output tile (its bits). A
+// weight with a bf16 denormal, inf or NaN gets no screen.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/ggml_internal.h"
 #include "kernels/ops.h"
@@ -232,6 +249,69 @@ void build_plane(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPoo
   s.plane = std::move(plane);
 }
 
+// The plane of a BF16 weight [V, K] (K % 32 == 0) and its P_n (top comment, "BF16 heads"); false
+// (nothing built) when a weight is a denormal, inf or NaN.
+bool build_plane_bf16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) {
+  const int64_t K = w.n_in, nb = K / 32, V = w.n_out, tiles = (V + 15) / 16;
+  auto plane = std::make_shared<HugeArray<uint8_t>>(size_t(tiles * nb * cpu::kQ8PlaneBlockBytes));
+  s.plane_bound.assign(size_t(V), 0.0f);
+  const double gamma_p = double(nb + 2) * 0x1p-23;
+  const uint16_t* wb = static_cast<const uint16_t*>(w.data);
+  uint8_t* out = plane->data();
+  std::atomic<bool> ok{true};
+  auto run = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      double ee[16] = {}, hh[16] = {};
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* bp = out + (t * nb + b) * cpu::kQ8PlaneBlockBytes;
+        for (int o = 0; o < 16; ++o) {
+          const int64_t n = 16 * t + o;
+          if (n >= V) continue;  // padding outputs: all-zero bytes (u = 0, d = +0)
+          const uint16_t* wr = wb + n * K + b * 32;
+          double amax = 0;
+          for (int k = 0; k < 32; ++k) {
+            const uint16_t e = wr[k] & 0x7f80;
+            if (e == 0x7f80 || (e == 0 && (wr[k] & 0x7f))) ok = false;
+            amax = std::max(amax, std::fabs(double(bf16_to_f32(wr[k]))));
+          }
+          uint16_t d16 = f32_to_f16(float(amax / 127));
+          if (double(f16_to_f32(d16)) * 127 < amax) ++d16;  // round up: |w / d| ≤ 127
+          const double d = double(f16_to_f32(d16));
+          uint8_t u[32];
+          for (int k = 0; k < 32; ++k) {
+            const double wk = double(bf16_to_f32(wr[k]));
+            const int q = d > 0 ? std::clamp(int(std::nearbyint(wk / d)), -127, 127) : 0;
+            const int h = q >> 2;
+            const double wh = d * (4 * h + 1.5);
+            u[k] = uint8_t(h + 32);
+            ee[o] += (wk - wh) * (wk - wh);
+            hh[o] += wh * wh;
+          }
+          for (int g = 0; g < 4; ++g)
+            for (int i = 0; i < 4; ++i)
+              bp[64 * g + 4 * o + i] = uint8_t((u[4 * g + i] & 15) | ((u[16 + 4 * g + i] & 15) << 4));
+          for (int v = 0; v < 8; ++v)
+            for (int i = 0; i < 4; ++i)
+              bp[256 + 64 * (v / 4) + 4 * o + i] |=
+                  uint8_t(((u[16 * (v % 2) + 4 * (v / 2) + i] >> 4) & 3) << (2 * (v % 4)));
+          bp[384 + 2 * o] = uint8_t(d16 & 0xff);
+          bp[385 + 2 * o] = uint8_t(d16 >> 8);
+        }
+      }
+      for (int o = 0; o < 16 && 16 * t + o < V; ++o)
+        s.plane_bound[size_t(16 * t + o)] =
+            round_up((std::sqrt(ee[o]) + gamma_p * std::sqrt(hh[o])) * (1.0 + 0x1p-16));
+    }
+  };
+  if (pool)
+    pool->parallel_for(tiles, run, 16);
+  else
+    run(0, tiles, 0);
+  if (!ok) return false;
+  s.plane = std::move(plane);
+  return true;
+}
+
 // ŷ1 [M, V] on the plane from the q1 rows (a: plain rows, 32-blocks).
 void plane_matmul(const cpu::GgmlAct& a, int64_t M, const ArgmaxScreen& s, int64_t V, float* y,
                   ThreadPool& pool) {
@@ -247,10 +327,45 @@ void plane_matmul(const cpu::GgmlAct& a, int64_t M, const ArgmaxScreen& s, int64
   });
 }
 
+// A BF16 weight in the tile layout, screened where its matmul takes the AVX-512 packed kernel.
+bool bf16_screenable(const WeightMatrix& w) {
+  return w.dtype == DType::kBF16 && w.packed_format == kPackedAmxBf16 && w.data &&
+         w.n_in % 32 == 0 && cpu_isa() == IsaLevel::kAvx512 && !amx_usable();
+}
+
+ArgmaxScreen bf16_argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
+  ArgmaxScreen s;
+  const int64_t K = w.n_in;
+  s.bound.resize(static_cast<size_t>(w.n_out));
+  s.dtype = w.dtype;
+  s.n_in = K;
+  std::vector<double> norms(static_cast<size_t>(w.n_out));
+  auto rows = [&](int64_t n0, int64_t n1, int) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint16_t* wr = static_cast<const uint16_t*>(w.data) + n * K;
+      double ss = 0;
+      for (int64_t k = 0; k < K; ++k) ss += double(bf16_to_f32(wr[k])) * bf16_to_f32(wr[k]);
+      norms[size_t(n)] = std::sqrt(ss);
+      s.bound[size_t(n)] = round_up(norms[size_t(n)] * (1.0 + 0x1p-16));
+    }
+  };
+  if (pool)
+    pool->parallel_for(w.n_out, rows, 256);
+  else
+    rows(0, w.n_out, 0);
+  double min_norm = std::numeric_limits<double>::infinity();
+  for (double v : norms)
+    if (v > 0) min_norm = std::min(min_norm, v);
+  s.abs_slack = std::isfinite(min_norm) ? round_up(double(K) * 0x1p-125 / min_norm) : 0.0f;
+  if (!build_plane_bf16(w, s, pool)) return ArgmaxScreen{};
+  return s;
+}
+
 }  // namespace
 
 ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
   ArgmaxScreen s;
+  if (w.n_out > 0 && bf16_screenable(w)) return bf16_argmax_screen(w, pool);
   if (!screenable(w.dtype) || !w.data || w.packed_format == kPackedQ8 || w.n_out <= 0) return s;
   const int64_t K = w.n_in, nb = K / act_block(w.dtype), rb = dtype_row_bytes(w.dtype, K);
   const double gamma = double((nb + 7) / 8 + 8) * 0x1p-23;
@@ -274,9 +389,120 @@ ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
   return s;
 }
 
+namespace {
+
+// The greedy pick of one row of a BF16 head from its plane row ŷ1, or -1 (compute it in full).
+// x: the row (fp32); xt: its bf16 rounding; a1: x̃'s int8 part (row r).
+int32_t finish_bf16_row(const float* y1, const float* x, const float* xt, const cpu::GgmlAct& a1,
+                        int64_t r, const WeightMatrix& w, const ArgmaxScreen& s, int32_t* idx,
+                        float* hi) {
+  const int64_t K = w.n_in, V = w.n_out;
+  // ||x̃ − x̂1|| and ||x̃|| in double (x̂1 = d1·q1: exact products).
+  const int8_t* q = a1.q + r * (K + 256);
+  const float* d = a1.d + r * (K / 32);
+  double rr = 0, xx = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double e = double(xt[k]) - double(d[k / 32]) * double(q[k]);
+    rr += e * e;
+    xx += double(xt[k]) * xt[k];
+  }
+  const double gamma_b = double(2 * K + 4) * 0x1p-23;
+  const float R = round_up((std::sqrt(rr) + gamma_b * std::sqrt(xx) + double(K) * 0x1p-126) *
+                               (1.0 + 0x1p-40) + double(s.abs_slack));
+  bool bad = false;
+  const int64_t count = cpu::avx512::screen_row(y1, s.bound.data(), V, R, kRel, kHuge, &bad, idx, hi,
+                                                candidate_cap(V), s.plane_bound.data(),
+                                                residual_norm(a1, r, 32));
+  if (count < 0) return -1;
+  const bool fma = bf16_dot() == Bf16Dot::kFma;
+  float tile_y[16];
+  int64_t tile = -1, best_n = -1;
+  float best = 0.0f;
+  for (int64_t i = 0; i < count; ++i) {  // increasing n: the first of equal maxima wins
+    const int64_t n = idx[i];
+    if (n / 16 != tile) {
+      tile = n / 16;
+      cpu::avx512::bf16_packed_tile_row(x, w, tile, fma, tile_y);
+    }
+    const float y = tile_y[n % 16];
+    if (best_n < 0 || y > best) {
+      best = y;
+      best_n = n;
+    }
+  }
+  g_screened.fetch_add(1, std::memory_order_relaxed);
+  g_candidates.fetch_add(uint64_t(count), std::memory_order_relaxed);
+  return static_cast<int32_t>(best_n);
+}
+
+// matmul_argmax on a screened BF16 head (top comment, "BF16 heads").
+void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
+                          const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
+  const int64_t K = w.n_in, V = w.n_out, cap = candidate_cap(V);
+  const IsaLevel isa = cpu_isa();
+  thread_local GgmlActRows q1;
+  thread_local std::vector<float> xt, y1, his, xr;
+  thread_local std::vector<int32_t> idx, picks;
+  thread_local std::vector<int64_t> redo;
+  for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
+    const int64_t M = std::min(cpu::kGgmlRowChunk, n_rows - m0);
+    if (xt.size() < static_cast<size_t>(M * K)) xt.resize(static_cast<size_t>(M * K));
+    if (y1.size() < static_cast<size_t>(M * V)) y1.resize(static_cast<size_t>(M * V));
+    if (idx.size() < static_cast<size_t>(M * cap)) idx.resize(static_cast<size_t>(M * cap));
+    if (his.size() < static_cast<size_t>(M * cap)) his.resize(static_cast<size_t>(M * cap));
+    for (int64_t i = 0; i < M * K; ++i) xt[size_t(i)] = bf16_to_f32(f32_to_bf16(x[m0 * K + i]));
+    q1.reserve(M, K, 32);
+    q1.quantize(xt.data(), M, 0, nullptr, isa, pool);
+    const cpu::GgmlAct a1 = q1.view(0);
+    plane_matmul(a1, M, screen, V, y1.data(), pool);
+    g_plane.fetch_add(uint64_t(M), std::memory_order_relaxed);
+    // (thread_local buffers are named through pointers: in a worker, they are the worker's own)
+    const float* y1p = y1.data();
+    const float* xtp = xt.data();
+    int32_t* idxp = idx.data();
+    float* hip = his.data();
+    pool.parallel_for(
+        M,
+        [&, y1p, xtp, idxp, hip](int64_t r0, int64_t r1, int) {
+          for (int64_t r = r0; r < r1; ++r)
+            out[m0 + r] = finish_bf16_row(y1p + r * V, x + (m0 + r) * K, xtp + r * K, a1, r, w,
+                                          screen, idxp + r * cap, hip + r * cap);
+        },
+        1);
+    redo.clear();
+    for (int64_t r = 0; r < M; ++r)
+      if (out[m0 + r] < 0) redo.push_back(r);
+    note_misses(*screen.health, int64_t(redo.size()), M);
+    if (redo.empty()) continue;
+    g_full.fetch_add(redo.size(), std::memory_order_relaxed);
+    if (xr.size() < redo.size() * size_t(K)) xr.resize(redo.size() * size_t(K));
+    for (size_t i = 0; i < redo.size(); ++i)
+      std::copy_n(x + (m0 + redo[i]) * K, K, xr.data() + i * size_t(K));
+    picks.resize(redo.size());
+    logits_argmax(xr.data(), int64_t(redo.size()), w, picks.data(), pool);
+    for (size_t i = 0; i < redo.size(); ++i) out[m0 + redo[i]] = picks[i];
+  }
+}
+
+}  // namespace
+
 void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
                    const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
   if (n_rows <= 0) return;
+  if (w.dtype == DType::kBF16) {
+    const bool screened = screen.plane && screen.dtype == DType::kBF16 && screen.n_in == w.n_in &&
+                          static_cast<int64_t>(screen.bound.size()) == w.n_out &&
+                          static_cast<int64_t>(screen.plane_bound.size()) == w.n_out &&
+                          bf16_screenable(w) && screen.health->skip.load(std::memory_order_relaxed) <= 0;
+    if (!screened) {
+      if (screen.plane && screen.health->skip.load(std::memory_order_relaxed) > 0)
+        screen.health->skip.fetch_sub(1, std::memory_order_relaxed);
+      logits_argmax(x, n_rows, w, out, pool);
+      return;
+    }
+    bf16_screened_argmax(x, n_rows, w, screen, out, pool);
+    return;
+  }
   const int64_t K = w.n_in, V = w.n_out;
   bool screened = !screen.empty() && screen.dtype == w.dtype && screen.n_in == K &&
                         static_cast<int64_t>(screen.bound.size()) == V &&

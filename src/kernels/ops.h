@@ -326,6 +326,8 @@ struct ArgmaxScreen {
   // per output P_n, its bound on |y1 − ŷ1| per unit of ||x̂1||₂, rounded up.
   std::shared_ptr<const HugeArray<uint8_t>> plane;
   std::vector<float> plane_bound;
+  // BF16 weights: the absolute slack K·2⁻¹²⁵ / min_n ||w_n|| added to each row's R (underflow).
+  float abs_slack = 0.0f;
   // How the screen has been doing on this weight (flat rows — random ids, high-entropy text —
   // have too many candidates and are computed twice): while most recent rows fell back, calls
   // take the logits path for a while. Speed only: both paths give the same index.

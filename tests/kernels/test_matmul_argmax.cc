@@ -284,6 +284,114 @@ TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
   EXPECT_EQ(ops::argmax_stats().plane_rows, before.plane_rows);
 }
 
+// BF16 heads (prepacked: the AVX-512 packed kernel without AMX) are screened on a 6-bit plane of
+// their own (ggml_argmax.cc, "BF16 heads"); the screen is built with AMX off, as the engine on
+// a machine without AMX builds it.
+struct Bf16Head {
+  std::vector<uint16_t> w;  // [N, K] bf16
+  PackedWeight packed;
+  ops::ArgmaxScreen screen;
+};
+Bf16Head bf16_head(std::vector<float> v, int64_t N, int64_t K, ThreadPool& pool) {
+  Bf16Head h;
+  h.w.resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h.w[i] = f32_to_bf16(v[i]);
+  WeightMatrix w;
+  w.dtype = DType::kBF16;
+  w.n_out = N;
+  w.n_in = K;
+  w.data = h.w.data();
+  set_amx_enabled(false);
+  h.packed = prepack_weight(w, &pool);
+  h.screen = ops::argmax_screen(h.packed.matrix(), &pool);
+  set_amx_enabled(true);
+  return h;
+}
+
+TEST(MatmulArgmax, Bf16HeadSameIndexAsTheLogitsOnEveryPath) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
+  ThreadPool pool(2);
+  constexpr int64_t N = 1501, K = 640;
+  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 21, 0.5f), N, K, pool);
+  ASSERT_TRUE(h.screen.plane) << "a prepacked BF16 head on AVX-512 has its plane";
+  for (const test::PathConfig& path : test::matmul_paths()) {
+    test::PathScope scope(path);
+    const bool on_plane = path.isa == IsaLevel::kAvx512 && !amx_usable();
+    for (int64_t M : {1, 3, 16, 17, 40, 64}) {
+      const auto x = test::randn(static_cast<size_t>(M * K), 31 + uint32_t(M));
+      const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
+      const ops::ArgmaxStats before = ops::argmax_stats();
+      EXPECT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want)
+          << path.name << " M=" << M;
+      const ops::ArgmaxStats after = ops::argmax_stats();
+      EXPECT_EQ(after.plane_rows - before.plane_rows, on_plane ? uint64_t(M) : 0u) << path.name;
+      // (random rows are flat: now and then one has more candidates than a screen is worth)
+      EXPECT_LE(after.full_rows - before.full_rows, uint64_t(M / 8)) << path.name << " M=" << M;
+    }
+  }
+}
+
+// Rows whose plane values lean the wrong way: x = all ones. Row kA: every weight a (q = 127 =
+// 4·31 + 3 on the plane's grid: read as 125.5, 1.2 % low). Row kB: b ≈ 0.985·a on all but one
+// element per block, which is b·127/124 and sets the block's scale, so the others are q = 124 =
+// 4·31 + 0 (read as 125.5: 1.2 % high). Exact: y_A = 640a > y_B ≈ 631a; on the plane ŷ_B > ŷ_A,
+// and only the bound keeps kA. kA2 repeats kA (an exact tie: the first wins). Other rows: random
+// at scale 0.001. N = 1003: a partial last tile.
+TEST(MatmulArgmax, Bf16HeadRowsWhosePlaneLeansTheWrongWayAreFinishedExactly) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
+  ThreadPool pool(2);
+  constexpr int64_t N = 1003, K = 640, kA = 611, kA2 = 998, kB = 5;
+  auto v = test::randn(size_t(N * K), 22, 0.001f);
+  const float a = 0.0234375f, b = bf16_to_f32(f32_to_bf16(0.985f * a));
+  for (int64_t k = 0; k < K; ++k) {
+    v[size_t(kA * K + k)] = v[size_t(kA2 * K + k)] = a;
+    v[size_t(kB * K + k)] = k % 32 == 7 ? b * 127.0f / 124.0f : b;
+  }
+  const Bf16Head h = bf16_head(v, N, K, pool);
+  ASSERT_TRUE(h.screen.plane);
+  set_amx_enabled(false);
+  for (const test::PathConfig& path : test::matmul_paths()) {
+    if (path.isa != IsaLevel::kAvx512 || path.amx) continue;
+    test::PathScope scope(path);
+    for (int64_t M : {1, 2, 16, 33}) {
+      std::vector<float> x(size_t(M * K));
+      for (int64_t m = 0; m < M; ++m)  // rows differ in scale only: kA everywhere
+        for (int64_t k = 0; k < K; ++k) x[size_t(m * K + k)] = 1.0f + 0.25f * float(m % 5);
+      const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
+      ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(kA))) << "the construction";
+      const ops::ArgmaxStats before = ops::argmax_stats();
+      EXPECT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want)
+          << path.name << " M=" << M;
+      const ops::ArgmaxStats after = ops::argmax_stats();
+      EXPECT_EQ(after.plane_rows - before.plane_rows, uint64_t(M)) << path.name;
+      EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << path.name;
+      EXPECT_EQ(after.full_rows, before.full_rows) << path.name;
+      // kA, kA2 and kB are candidates in every row; the random rows are not.
+      EXPECT_GE(after.candidates - before.candidates, uint64_t(3 * M)) << path.name;
+      EXPECT_LT(after.candidates - before.candidates, uint64_t(8 * M)) << path.name;
+    }
+  }
+  set_amx_enabled(true);
+}
+
+// A BF16 head whose rows all tie (x = 0: every logit 0) or whose x is not finite: the screen
+// gives those rows up (every output a candidate / a non-finite ŷ1), the logits decide.
+TEST(MatmulArgmax, Bf16HeadTiedAndNonFiniteRowsAreComputedInFull) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
+  ThreadPool pool(2);
+  constexpr int64_t N = 900, K = 640;
+  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 23, 0.5f), N, K, pool);
+  set_amx_enabled(false);
+  auto x = test::randn(size_t(3 * K), 24);
+  std::fill(x.begin(), x.begin() + K, 0.0f);  // row 0: all tied
+  x[size_t(K + 9)] = NAN;                     // row 1
+  const ops::ArgmaxStats before = ops::argmax_stats();
+  EXPECT_EQ(screened_argmax(x.data(), 3, h.packed.matrix(), h.screen, pool),
+            reference_argmax(x.data(), 3, h.packed.matrix(), pool));
+  EXPECT_EQ(ops::argmax_stats().full_rows - before.full_rows, 2u);
+  set_amx_enabled(true);
+}
+
 // The one-pass screen (cpu::avx512::screen_row) against its definition, the two passes: the
 // same candidates in the same order, the same give-ups. Rows: random; ascending (the running
 // threshold lags far behind: what it keeps overflows cap, and the exact pass must take over);

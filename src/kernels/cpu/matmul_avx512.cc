@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -466,6 +467,23 @@ void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float*
       }
     }
   });
+}
+
+void bf16_packed_tile_row(const float* x, const WeightMatrix& w, int64_t tile, bool fma, float* out) {
+  const int64_t K = w.n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
+  const int64_t nv = imin(16, w.n_out - 16 * tile);
+  const uint16_t* wt = static_cast<const uint16_t*>(w.packed) + tile * n_kc * kPackTile;
+  thread_local std::vector<float> xf;  // one row: bf16 rows use half of it
+  if (xf.size() < static_cast<size_t>(fma_x_stride(K))) xf.resize(static_cast<size_t>(fma_x_stride(K)));
+  for (int i = 0; i < 16; ++i) out[i] = 0.0f;
+  if (fma) {
+    to_bf16_fp32_rows(x, 1, K, Kp, Kp, xf.data());
+    fma_tiles<1, 1>(xf.data(), Kp, wt, n_kc, 0, nv, out, 0);
+  } else {
+    uint16_t* xb = reinterpret_cast<uint16_t*>(xf.data());
+    to_bf16_rows(x, 1, K, Kp, xb);
+    packed_bf16_tiles<1, 1>(xb, Kp, wt, n_kc, 0, nv, out, 0);
+  }
 }
 
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
