@@ -312,7 +312,9 @@ void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out);
 // bound still reaches the best lower bound (kernels/ggml_argmax.cc). A Q8_0 weight screened on
 // AVX-512 (not AMX) reads a 6-bit plane of itself instead (argmax_screen builds it: 0.81 bytes
 // per weight, held beside the weights), the plane's error bounded in the same way, and finishes
-// both halves of the candidates from the blocks. Everything else computes
+// both halves of the candidates from the blocks. A BF16 weight prepacked for the AVX-512
+// kernel (no AMX) is screened on a 6-bit plane made from it (0.81 bytes per weight), its
+// candidates finished by that kernel on their 16-output tile. Everything else computes
 // the logits and takes ops::argmax. `screen` must come from argmax_screen(w) (or be empty:
 // logits path). Batch- and thread-count invariant like matmul.
 struct ArgmaxScreen {
