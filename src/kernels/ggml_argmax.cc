@@ -111,6 +111,25 @@ inline float finish_output(float y1, const cpu::GgmlAct* q1, const cpu::GgmlAct&
   return y1 + ggml_portable_dot(q2, m, w, n);
 }
 
+// The first largest of the candidates idx[0..count) (increasing n) by their exact outputs
+// exact(n) — ops::argmax's tie rule — counted in the screen's statistics.
+template <class Exact>
+int32_t first_max(const int32_t* idx, int64_t count, Exact&& exact) {
+  int64_t best_n = -1;
+  float best = 0.0f;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t n = idx[i];
+    const float y = exact(n);
+    if (best_n < 0 || y > best) {
+      best = y;
+      best_n = n;
+    }
+  }
+  g_screened.fetch_add(1, std::memory_order_relaxed);
+  g_candidates.fetch_add(uint64_t(count), std::memory_order_relaxed);
+  return static_cast<int32_t>(best_n);
+}
+
 // The greedy pick of one row from its y1 row, or -1: compute this row in full. idx / hi: scratch
 // of candidate_cap(V) entries. Plane (q1 non-null, AVX-512 Q8_0 only): y1 is ŷ1, and the
 // half-width adds plane_bound·X1.
@@ -142,19 +161,7 @@ int32_t finish_row(const float* y1, const float* bound, int64_t V, float R, cons
     }
   }
   const bool simd_q8 = isa == IsaLevel::kAvx512 && w.dtype == DType::kQ8_0;
-  int64_t best_n = -1;
-  float best = 0.0f;
-  for (int64_t i = 0; i < count; ++i) {  // increasing n: the first of equal maxima wins
-    const int64_t n = idx[i];
-    const float y = finish_output(y1[n], q1, q2, m, w, n, simd_q8);
-    if (best_n < 0 || y > best) {
-      best = y;
-      best_n = n;
-    }
-  }
-  g_screened.fetch_add(1, std::memory_order_relaxed);
-  g_candidates.fetch_add(uint64_t(count), std::memory_order_relaxed);
-  return static_cast<int32_t>(best_n);
+  return first_max(idx, count, [&](int64_t n) { return finish_output(y1[n], q1, q2, m, w, n, simd_q8); });
 }
 
 // The moving average of the fallback rate (weight 1/8 per chunk); above 1/2 the next
@@ -184,6 +191,27 @@ void logits_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, int32_
   }
 }
 
+// The rows of x [M, K] whose out[r] is -1 (the screen gave up), in one logits call (one weight
+// stream for all of them); the screen's health notes the rate.
+void redo_given_up_rows(const float* x, int64_t M, const WeightMatrix& w, ArgmaxScreen::Health& health,
+                        int32_t* out, ThreadPool& pool) {
+  thread_local std::vector<int64_t> redo;
+  thread_local std::vector<float> xr;
+  thread_local std::vector<int32_t> picks;
+  const int64_t K = w.n_in;
+  redo.clear();
+  for (int64_t r = 0; r < M; ++r)
+    if (out[r] < 0) redo.push_back(r);
+  note_misses(health, int64_t(redo.size()), M);
+  if (redo.empty()) return;
+  g_full.fetch_add(redo.size(), std::memory_order_relaxed);
+  if (xr.size() < redo.size() * size_t(K)) xr.resize(redo.size() * size_t(K));
+  for (size_t i = 0; i < redo.size(); ++i) std::copy_n(x + redo[i] * K, K, xr.data() + i * size_t(K));
+  picks.resize(redo.size());
+  logits_argmax(xr.data(), int64_t(redo.size()), w, picks.data(), pool);
+  for (size_t i = 0; i < redo.size(); ++i) out[redo[i]] = picks[i];
+}
+
 }  // namespace
 
 ArgmaxStats argmax_stats() {
@@ -196,6 +224,20 @@ ArgmaxStats argmax_stats() {
 }
 
 namespace {
+
+// Output o's 32 values u = h + 32 (6 bits) and fp16 scale of one plane block bp (layout: top
+// comment); bp starts zeroed (the high-bit bytes are or-ed in).
+void pack_plane_output(uint8_t* bp, int o, const uint8_t u[32], uint16_t d16) {
+  for (int g = 0; g < 4; ++g)
+    for (int i = 0; i < 4; ++i)
+      bp[64 * g + 4 * o + i] = uint8_t((u[4 * g + i] & 15) | ((u[16 + 4 * g + i] & 15) << 4));
+  for (int v = 0; v < 8; ++v)
+    for (int i = 0; i < 4; ++i)
+      bp[256 + 64 * (v / 4) + 4 * o + i] |=
+          uint8_t(((u[16 * (v % 2) + 4 * (v / 2) + i] >> 4) & 3) << (2 * (v % 4)));
+  bp[384 + 2 * o] = uint8_t(d16 & 0xff);
+  bp[385 + 2 * o] = uint8_t(d16 >> 8);
+}
 
 // The plane of a Q8_0 weight and its P_n (top comment).
 void build_plane(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPool* pool) {
@@ -226,15 +268,7 @@ void build_plane(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPoo
           ww[o] += d * d * double(sq);
           hh[o] += d * d * double(sh) * 0.25;    // (d·(4h + 1.5))² = d²·(8h + 3)² / 4
           ee[o] += d * d * double(se) * 0.25;    // (d·(l − 1.5))² = d²·(2l − 3)² / 4
-          for (int g = 0; g < 4; ++g)
-            for (int i = 0; i < 4; ++i)
-              bp[64 * g + 4 * o + i] = uint8_t((u[4 * g + i] & 15) | ((u[16 + 4 * g + i] & 15) << 4));
-          for (int v = 0; v < 8; ++v)
-            for (int i = 0; i < 4; ++i)
-              bp[256 + 64 * (v / 4) + 4 * o + i] |=
-                  uint8_t(((u[16 * (v % 2) + 4 * (v / 2) + i] >> 4) & 3) << (2 * (v % 4)));
-          bp[384 + 2 * o] = blk[0];
-          bp[385 + 2 * o] = blk[1];
+          pack_plane_output(bp, o, u, uint16_t(blk[0] | (blk[1] << 8)));
         }
       }
       for (int o = 0; o < 16 && 16 * t + o < V; ++o)
@@ -287,15 +321,7 @@ bool build_plane_bf16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) 
             ee[o] += (wk - wh) * (wk - wh);
             hh[o] += wh * wh;
           }
-          for (int g = 0; g < 4; ++g)
-            for (int i = 0; i < 4; ++i)
-              bp[64 * g + 4 * o + i] = uint8_t((u[4 * g + i] & 15) | ((u[16 + 4 * g + i] & 15) << 4));
-          for (int v = 0; v < 8; ++v)
-            for (int i = 0; i < 4; ++i)
-              bp[256 + 64 * (v / 4) + 4 * o + i] |=
-                  uint8_t(((u[16 * (v % 2) + 4 * (v / 2) + i] >> 4) & 3) << (2 * (v % 4)));
-          bp[384 + 2 * o] = uint8_t(d16 & 0xff);
-          bp[385 + 2 * o] = uint8_t(d16 >> 8);
+          pack_plane_output(bp, o, u, d16);
         }
       }
       for (int o = 0; o < 16 && 16 * t + o < V; ++o)
@@ -416,23 +442,14 @@ int32_t finish_bf16_row(const float* y1, const float* x, const float* xt, const 
   if (count < 0) return -1;
   const bool fma = bf16_dot() == Bf16Dot::kFma;
   float tile_y[16];
-  int64_t tile = -1, best_n = -1;
-  float best = 0.0f;
-  for (int64_t i = 0; i < count; ++i) {  // increasing n: the first of equal maxima wins
-    const int64_t n = idx[i];
-    if (n / 16 != tile) {
+  int64_t tile = -1;
+  return first_max(idx, count, [&](int64_t n) {
+    if (n / 16 != tile) {  // candidates come in increasing n: one kernel call per tile
       tile = n / 16;
       cpu::avx512::bf16_packed_tile_row(x, w, tile, fma, tile_y);
     }
-    const float y = tile_y[n % 16];
-    if (best_n < 0 || y > best) {
-      best = y;
-      best_n = n;
-    }
-  }
-  g_screened.fetch_add(1, std::memory_order_relaxed);
-  g_candidates.fetch_add(uint64_t(count), std::memory_order_relaxed);
-  return static_cast<int32_t>(best_n);
+    return tile_y[n % 16];
+  });
 }
 
 // matmul_argmax on a screened BF16 head (top comment, "BF16 heads").
@@ -441,9 +458,8 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const int64_t K = w.n_in, V = w.n_out, cap = candidate_cap(V);
   const IsaLevel isa = cpu_isa();
   thread_local GgmlActRows q1;
-  thread_local std::vector<float> xt, y1, his, xr;
-  thread_local std::vector<int32_t> idx, picks;
-  thread_local std::vector<int64_t> redo;
+  thread_local std::vector<float> xt, y1, his;
+  thread_local std::vector<int32_t> idx;
   for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
     const int64_t M = std::min(cpu::kGgmlRowChunk, n_rows - m0);
     if (xt.size() < static_cast<size_t>(M * K)) xt.resize(static_cast<size_t>(M * K));
@@ -469,18 +485,7 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
                                           screen, idxp + r * cap, hip + r * cap);
         },
         1);
-    redo.clear();
-    for (int64_t r = 0; r < M; ++r)
-      if (out[m0 + r] < 0) redo.push_back(r);
-    note_misses(*screen.health, int64_t(redo.size()), M);
-    if (redo.empty()) continue;
-    g_full.fetch_add(redo.size(), std::memory_order_relaxed);
-    if (xr.size() < redo.size() * size_t(K)) xr.resize(redo.size() * size_t(K));
-    for (size_t i = 0; i < redo.size(); ++i)
-      std::copy_n(x + (m0 + redo[i]) * K, K, xr.data() + i * size_t(K));
-    picks.resize(redo.size());
-    logits_argmax(xr.data(), int64_t(redo.size()), w, picks.data(), pool);
-    for (size_t i = 0; i < redo.size(); ++i) out[m0 + redo[i]] = picks[i];
+    redo_given_up_rows(x + m0 * K, M, w, *screen.health, out + m0, pool);
   }
 }
 
@@ -526,9 +531,8 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const bool on_plane = screen.plane && !amx && isa == IsaLevel::kAvx512 &&
                         static_cast<int64_t>(screen.plane_bound.size()) == V;
   thread_local GgmlActRows q1, q2;
-  thread_local std::vector<float> resid, y1, xr;
-  thread_local std::vector<int64_t> redo;
-  thread_local std::vector<int32_t> picks, idx;
+  thread_local std::vector<float> resid, y1;
+  thread_local std::vector<int32_t> idx;
   thread_local std::vector<float> his;
   for (int64_t m0 = 0; m0 < n_rows; m0 += chunk) {
     const int64_t M = std::min(chunk, n_rows - m0);
@@ -564,19 +568,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
                                      on_plane ? residual_norm(a1, r, ab) : 0.0f);
         },
         1);
-    // The rows the screen gave up on, in one logits call (one weight stream for all of them).
-    redo.clear();
-    for (int64_t r = 0; r < M; ++r)
-      if (out[m0 + r] < 0) redo.push_back(r);
-    note_misses(health, int64_t(redo.size()), M);
-    if (redo.empty()) continue;
-    g_full.fetch_add(redo.size(), std::memory_order_relaxed);
-    if (xr.size() < redo.size() * size_t(K)) xr.resize(redo.size() * size_t(K));
-    for (size_t i = 0; i < redo.size(); ++i)
-      std::copy_n(x + (m0 + redo[i]) * K, K, xr.data() + i * size_t(K));
-    picks.resize(redo.size());
-    logits_argmax(xr.data(), int64_t(redo.size()), w, picks.data(), pool);
-    for (size_t i = 0; i < redo.size(); ++i) out[m0 + redo[i]] = picks[i];
+    redo_given_up_rows(x + m0 * K, M, w, health, out + m0, pool);
   }
 }
 

@@ -119,6 +119,17 @@ void to_bf16_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t
 // G weight streams, enough independent chains at M = 1).
 constexpr int64_t kPackTile = 16 * 32;  // bf16 elements of one packed 16 n × 32 k tile
 
+// acc[i][g] → y[i][n0 + 16g ..], the outputs past N left out (lanes = outputs).
+template <int MR, int G>
+inline void store_tiles(const __m512 (&acc)[MR][G], int64_t n0, int64_t N, float* y, int64_t ldy) {
+  for (int g = 0; g < G; ++g) {
+    const int64_t nb = n0 + 16 * g, nv = imin(16, N - nb);
+    if (nv <= 0) break;
+    const __mmask16 mk = nv >= 16 ? 0xffff : static_cast<__mmask16>((1u << nv) - 1);
+    for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy + nb, mk, acc[i][g]);
+  }
+}
+
 template <int MR, int G>
 void packed_bf16_tiles(const uint16_t* xb, int64_t Kp, const uint16_t* wt, int64_t n_kc,
                        int64_t n0, int64_t N, float* y, int64_t ldy) {
@@ -140,12 +151,30 @@ void packed_bf16_tiles(const uint16_t* xb, int64_t Kp, const uint16_t* wt, int64
       }
     }
   }
-  for (int g = 0; g < G; ++g) {
-    const int64_t nb = n0 + 16 * g, nv = imin(16, N - nb);
-    if (nv <= 0) break;
-    const __mmask16 mk = nv >= 16 ? 0xffff : static_cast<__mmask16>((1u << nv) - 1);
-    for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy + nb, mk, acc[i][g]);
-  }
+  store_tiles<MR, G>(acc, n0, N, y, ldy);
+}
+
+// Both packed-layout drivers walk the same grid: the tiles in groups of G (the last, partial
+// group one tile at a time) on the pool, the rows in blocks of MR; rows(g, mr, m0, wt, n0) runs
+// one micro-kernel of g tiles (G or 1) from tile pointer wt / output n0 over rows m0..m0+mr-1.
+template <class Rows>
+void walk_packed_tiles(int64_t M, int64_t N, int64_t n_kc, const uint16_t* wp, int G, int64_t MR,
+                       ThreadPool& pool, Rows&& rows) {
+  const int64_t n_tiles = (N + 15) / 16, n_groups = (n_tiles + G - 1) / G;
+  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1, int) {
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      const int64_t t0 = gi * G, nt = imin(G, n_tiles - t0);
+      for (int64_t m0 = 0; m0 < M; m0 += MR) {
+        const int64_t mr = imin(MR, M - m0);
+        if (nt == G) {
+          rows(G, mr, m0, wp + t0 * n_kc * kPackTile, t0 * 16);
+          continue;
+        }
+        for (int64_t t = 0; t < nt; ++t)
+          rows(1, mr, m0, wp + (t0 + t) * n_kc * kPackTile, (t0 + t) * 16);
+      }
+    }
+  });
 }
 
 template <int G>
@@ -217,12 +246,7 @@ void fma_tiles(const float* xf, int64_t xs, const uint16_t* wt, int64_t n_kc, in
       }
     }
   }
-  for (int g = 0; g < G; ++g) {
-    const int64_t nb = n0 + 16 * g, nv = imin(16, N - nb);
-    if (nv <= 0) break;
-    const __mmask16 mk = nv >= 16 ? 0xffff : static_cast<__mmask16>((1u << nv) - 1);
-    for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy + nb, mk, acc[i][g]);
-  }
+  store_tiles<MR, G>(acc, n0, N, y, ldy);
 }
 
 template <int G>
@@ -241,7 +265,7 @@ void fma_rows(int64_t mr, const float* xf, int64_t xs, const uint16_t* wt, int64
 void matmul_bf16_packed_fma(const float* x, int64_t M, const WeightMatrix& w, float* y,
                             ThreadPool& pool, float* xf) {
   const int64_t N = w.n_out, K = w.n_in;
-  const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32, n_tiles = (N + 15) / 16;
+  const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   const int64_t xs = fma_x_stride(K);
   to_bf16_fp32_rows(x, M, K, Kp, xs, xf);
   const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
@@ -250,29 +274,18 @@ void matmul_bf16_packed_fma(const float* x, int64_t M, const WeightMatrix& w, fl
   // 2 tiles; 16 rows × 1 tile 428 µs). Only who computes what, never the arithmetic.
   const int G = M <= 1 ? 8 : M <= 2 ? 6 : M <= 4 ? 4 : 2;
   const int64_t MR = G == 8 ? 1 : G == 6 ? 2 : G == 4 ? 4 : 8;
-  const int64_t n_groups = (n_tiles + G - 1) / G;
-  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1, int) {
-    for (int64_t gi = g0; gi < g1; ++gi) {
-      const int64_t t0 = gi * G, nt = imin(G, n_tiles - t0);
-      const uint16_t* wt = wp + t0 * n_kc * kPackTile;
-      for (int64_t m0 = 0; m0 < M; m0 += MR) {
-        const int64_t mr = imin(MR, M - m0);
-        const float* xr = xf + m0 * xs;
-        float* yr = y + m0 * N;
-        if (nt == G) {
-          switch (G) {
-            case 8: fma_rows<8>(mr, xr, xs, wt, n_kc, t0 * 16, N, yr, N); break;
-            case 6: fma_rows<6>(mr, xr, xs, wt, n_kc, t0 * 16, N, yr, N); break;
-            case 4: fma_rows<4>(mr, xr, xs, wt, n_kc, t0 * 16, N, yr, N); break;
-            default: fma_rows<2>(mr, xr, xs, wt, n_kc, t0 * 16, N, yr, N); break;
-          }
-        } else {  // the last, partial group: one tile at a time
-          for (int64_t t = 0; t < nt; ++t)
-            fma_rows<1>(mr, xr, xs, wt + t * n_kc * kPackTile, n_kc, (t0 + t) * 16, N, yr, N);
-        }
-      }
-    }
-  });
+  walk_packed_tiles(M, N, n_kc, wp, G, MR, pool,
+                    [&](int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0) {
+                      const float* xr = xf + m0 * xs;
+                      float* yr = y + m0 * N;
+                      switch (g) {
+                        case 8: return fma_rows<8>(mr, xr, xs, wt, n_kc, n0, N, yr, N);
+                        case 6: return fma_rows<6>(mr, xr, xs, wt, n_kc, n0, N, yr, N);
+                        case 4: return fma_rows<4>(mr, xr, xs, wt, n_kc, n0, N, yr, N);
+                        case 2: return fma_rows<2>(mr, xr, xs, wt, n_kc, n0, N, yr, N);
+                        default: return fma_rows<1>(mr, xr, xs, wt, n_kc, n0, N, yr, N);
+                      }
+                    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -438,35 +451,24 @@ void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float*
                         uint16_t* xb, bool fma) {
   if (fma) return matmul_bf16_packed_fma(x, M, w, y, pool, reinterpret_cast<float*>(xb));
   const int64_t N = w.n_out, K = w.n_in;
-  const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32, n_tiles = (N + 15) / 16;
+  const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   to_bf16_rows(x, M, K, Kp, xb);
   const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
   // Tiles per micro-kernel by M (MR·G ≤ 24; rows in blocks of ≤ 6): more weight streams for few
   // rows. The grouping only decides who computes what, never the arithmetic.
   const int G = M <= 3 ? 8 : M <= 4 ? 6 : 4;
   const int64_t MRmax = G == 8 ? 3 : G == 6 ? 4 : 6;
-  const int64_t n_groups = (n_tiles + G - 1) / G;
-  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1, int) {
-    for (int64_t gi = g0; gi < g1; ++gi) {
-      const int64_t t0 = gi * G, nt = imin(G, n_tiles - t0);
-      const uint16_t* wt = wp + t0 * n_kc * kPackTile;
-      for (int64_t m0 = 0; m0 < M; m0 += MRmax) {
-        const int64_t mr = imin(MRmax, M - m0);
-        const uint16_t* xr = xb + m0 * Kp;
-        float* yr = y + m0 * N;
-        if (nt == G) {
-          switch (G) {
-            case 8: packed_bf16_rows<8>(mr, xr, Kp, wt, n_kc, t0 * 16, N, yr, N); break;
-            case 6: packed_bf16_rows<6>(mr, xr, Kp, wt, n_kc, t0 * 16, N, yr, N); break;
-            default: packed_bf16_rows<4>(mr, xr, Kp, wt, n_kc, t0 * 16, N, yr, N); break;
-          }
-        } else {  // the last, partial group: one tile at a time
-          for (int64_t t = 0; t < nt; ++t)
-            packed_bf16_rows<1>(mr, xr, Kp, wt + t * n_kc * kPackTile, n_kc, (t0 + t) * 16, N, yr, N);
-        }
-      }
-    }
-  });
+  walk_packed_tiles(M, N, n_kc, wp, G, MRmax, pool,
+                    [&](int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0) {
+                      const uint16_t* xr = xb + m0 * Kp;
+                      float* yr = y + m0 * N;
+                      switch (g) {
+                        case 8: return packed_bf16_rows<8>(mr, xr, Kp, wt, n_kc, n0, N, yr, N);
+                        case 6: return packed_bf16_rows<6>(mr, xr, Kp, wt, n_kc, n0, N, yr, N);
+                        case 4: return packed_bf16_rows<4>(mr, xr, Kp, wt, n_kc, n0, N, yr, N);
+                        default: return packed_bf16_rows<1>(mr, xr, Kp, wt, n_kc, n0, N, yr, N);
+                      }
+                    });
 }
 
 void bf16_packed_tile_row(const float* x, const WeightMatrix& w, int64_t tile, bool fma, float* out) {
