@@ -310,11 +310,11 @@ bool build_plane_bf16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) 
           }
           uint16_t d16 = f32_to_f16(float(amax / 127));
           if (double(f16_to_f32(d16)) * 127 < amax) ++d16;  // round up: |w / d| ≤ 127
-          const double d = double(f16_to_f32(d16));
+          const double d = double(f16_to_f32(d16)), inv = d > 0 ? 1.0 / d : 0.0;
           uint8_t u[32];
-          for (int k = 0; k < 32; ++k) {
+          for (int k = 0; k < 32; ++k) {  // (any rounding of w / d will do: e is measured)
             const double wk = double(bf16_to_f32(wr[k]));
-            const int q = d > 0 ? std::clamp(int(std::nearbyint(wk / d)), -127, 127) : 0;
+            const int q = std::clamp(int(std::lrint(wk * inv)), -127, 127);
             const int h = q >> 2;
             const double wh = d * (4 * h + 1.5);
             u[k] = uint8_t(h + 32);
