@@ -226,7 +226,7 @@ TEST(Attention, Bf16PrefillFmaEngineIsVdpbf16psOnIntel) {
                      p, of.data(), pool);
       for (size_t i = 0; i < od.size(); ++i) differing += std::memcmp(&od[i], &of[i], 4) != 0;
       compared += static_cast<int64_t>(od.size());
-      ASSERT_LT(test::nmse(of.data(), od.data(), od.size()), 1e-10);
+      ASSERT_LT(test::nmse(of.data(), od.data(), od.size()), 1e-8);  // fp32 rounding apart at most
     }
   set_bf16_dot(before);
   set_amx_enabled(true);
