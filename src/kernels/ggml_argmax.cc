@@ -440,16 +440,10 @@ int32_t finish_bf16_row(const float* y1, const float* x, const float* xt, const 
                                                 candidate_cap(V), s.plane_bound.data(),
                                                 residual_norm(a1, r, 32));
   if (count < 0) return -1;
-  const bool fma = bf16_dot() == Bf16Dot::kFma;
-  float tile_y[16];
-  int64_t tile = -1;
-  return first_max(idx, count, [&](int64_t n) {
-    if (n / 16 != tile) {  // candidates come in increasing n: one kernel call per tile
-      tile = n / 16;
-      cpu::avx512::bf16_packed_tile_row(x, w, tile, fma, tile_y);
-    }
-    return tile_y[n % 16];
-  });
+  // The candidates' outputs from the kernel (their tiles, x converted once); hi is free now.
+  cpu::avx512::bf16_packed_outputs_row(x, w, idx, count, bf16_dot() == Bf16Dot::kFma, hi);
+  int64_t i = 0;  // first_max asks for idx[0], idx[1], ... once each, in order
+  return first_max(idx, count, [&](int64_t) { return hi[i++]; });
 }
 
 // matmul_argmax on a screened BF16 head (top comment, "BF16 heads").
@@ -494,26 +488,15 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
 void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
                    const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
   if (n_rows <= 0) return;
-  if (w.dtype == DType::kBF16) {
-    const bool screened = screen.plane && screen.dtype == DType::kBF16 && screen.n_in == w.n_in &&
-                          static_cast<int64_t>(screen.bound.size()) == w.n_out &&
-                          static_cast<int64_t>(screen.plane_bound.size()) == w.n_out &&
-                          bf16_screenable(w) && screen.health->skip.load(std::memory_order_relaxed) <= 0;
-    if (!screened) {
-      if (screen.plane && screen.health->skip.load(std::memory_order_relaxed) > 0)
-        screen.health->skip.fetch_sub(1, std::memory_order_relaxed);
-      logits_argmax(x, n_rows, w, out, pool);
-      return;
-    }
-    bf16_screened_argmax(x, n_rows, w, screen, out, pool);
-    return;
-  }
   const int64_t K = w.n_in, V = w.n_out;
-  bool screened = !screen.empty() && screen.dtype == w.dtype && screen.n_in == K &&
-                        static_cast<int64_t>(screen.bound.size()) == V &&
-                        ggml_activations() == GgmlActivations::kInt8x2 &&
-                        (w.packed_format == kPackedNone || w.packed_format == kPackedQ32x16 ||
-                         w.packed_format == kPackedQ6K16);
+  const bool bf16 = w.dtype == DType::kBF16;
+  const bool matches = !screen.empty() && screen.dtype == w.dtype && screen.n_in == K &&
+                       static_cast<int64_t>(screen.bound.size()) == V;
+  bool screened = matches && (bf16 ? screen.plane && static_cast<int64_t>(screen.plane_bound.size()) == V &&
+                                         bf16_screenable(w)
+                                   : ggml_activations() == GgmlActivations::kInt8x2 &&
+                                         (w.packed_format == kPackedNone || w.packed_format == kPackedQ32x16 ||
+                                          w.packed_format == kPackedQ6K16));
   ArgmaxScreen::Health& health = *screen.health;
   if (screened && health.skip.load(std::memory_order_relaxed) > 0) {
     health.skip.fetch_sub(1, std::memory_order_relaxed);
@@ -523,6 +506,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     logits_argmax(x, n_rows, w, out, pool);
     return;
   }
+  if (bf16) return bf16_screened_argmax(x, n_rows, w, screen, out, pool);
   const IsaLevel isa = cpu_isa();
   const int64_t ab = act_block(w.dtype);
   const bool amx = ggml_amx_for(w, std::min<int64_t>(n_rows, cpu::amx::kGgmlAmxMaxRows), isa);

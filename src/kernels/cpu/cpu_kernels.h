@@ -131,11 +131,14 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
 // xb then holds M * fma_x_stride(K) floats).
 void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                         uint16_t* xb, bool fma);
+// Row stride (floats) of the fp32 activation copies the FMA form reads.
 int64_t fma_x_stride(int64_t K);
-// Row x [K] fp32 × the 16 outputs of tile `tile` of a kPackedAmxBf16 weight, on the calling
-// thread: out[0..16) = outputs 16·tile.. (0 past n_out), the same bits as matmul_bf16_packed
-// (same fma) gives for them — the greedy screen's exact finish (kernels/bf16_argmax.cc).
-void bf16_packed_tile_row(const float* x, const WeightMatrix& w, int64_t tile, bool fma, float* out);
+// Row x [K] fp32 × the outputs idx[0..count) (increasing) of a kPackedAmxBf16 weight, on the
+// calling thread: out[i] = output idx[i], the same bits as matmul_bf16_packed (same fma) gives
+// for it, x converted once, each 16-output tile computed once — the greedy screen's exact finish
+// (kernels/ggml_argmax.cc).
+void bf16_packed_outputs_row(const float* x, const WeightMatrix& w, const int32_t* idx, int64_t count,
+                             bool fma, float* out);
 // F32, F16 and F8_E4M3 (+ block scales) weights, dequantized to fp32 in registers.
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);

@@ -471,20 +471,29 @@ void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float*
                     });
 }
 
-void bf16_packed_tile_row(const float* x, const WeightMatrix& w, int64_t tile, bool fma, float* out) {
+void bf16_packed_outputs_row(const float* x, const WeightMatrix& w, const int32_t* idx, int64_t count,
+                             bool fma, float* out) {
   const int64_t K = w.n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
-  const int64_t nv = imin(16, w.n_out - 16 * tile);
-  const uint16_t* wt = static_cast<const uint16_t*>(w.packed) + tile * n_kc * kPackTile;
-  thread_local std::vector<float> xf;  // one row: bf16 rows use half of it
+  thread_local std::vector<float> xf;  // one row: the bf16 form uses half of it
   if (xf.size() < static_cast<size_t>(fma_x_stride(K))) xf.resize(static_cast<size_t>(fma_x_stride(K)));
-  for (int i = 0; i < 16; ++i) out[i] = 0.0f;
-  if (fma) {
+  uint16_t* xb = reinterpret_cast<uint16_t*>(xf.data());
+  if (fma)
     to_bf16_fp32_rows(x, 1, K, Kp, Kp, xf.data());
-    fma_tiles<1, 1>(xf.data(), Kp, wt, n_kc, 0, nv, out, 0);
-  } else {
-    uint16_t* xb = reinterpret_cast<uint16_t*>(xf.data());
+  else
     to_bf16_rows(x, 1, K, Kp, xb);
-    packed_bf16_tiles<1, 1>(xb, Kp, wt, n_kc, 0, nv, out, 0);
+  float tile_y[16];
+  int64_t tile = -1;
+  for (int64_t i = 0; i < count; ++i) {
+    if (idx[i] / 16 != tile) {
+      tile = idx[i] / 16;
+      const int64_t nv = imin(16, w.n_out - 16 * tile);
+      const uint16_t* wt = static_cast<const uint16_t*>(w.packed) + tile * n_kc * kPackTile;
+      if (fma)
+        fma_tiles<1, 1>(xf.data(), Kp, wt, n_kc, 0, nv, tile_y, 0);
+      else
+        packed_bf16_tiles<1, 1>(xb, Kp, wt, n_kc, 0, nv, tile_y, 0);
+    }
+    out[i] = tile_y[idx[i] % 16];
   }
 }
 
