@@ -6,12 +6,13 @@
 // tile). Per key block:
 //   1. visibility of the 16 slots for each query of the tile (kernels/visibility.h, vectorized);
 //      a block no row sees is skipped;
-//   2. logits, 4 rows × 4 keys at a time: per (row, key) 16 lanes accumulate q·k over the d_qk
+//   2. logits, 8 rows × 2 keys at a time: per (row, key) 16 lanes accumulate q·k over the d_qk
 //      chunks in order, then one transposed reduction per row gives its 16 logits; scaled,
 //      invisible lanes = -inf;
 //   3. per row: online softmax update (max, rescale, exp);
 //   4. acc += p_j · v_j over the row's visible j in slot order, 4 rows × 4 output chunks at a
-//      time (one V load feeds 4 rows; rows that don't see slot j keep acc unchanged).
+//      time (one V load feeds 4 rows; rows that don't see slot j keep acc unchanged: a masked
+//      fma, where some row of the 4 doesn't see some slot of the block).
 // Every row's arithmetic is the same sequence whatever tile, position in the tile, thread or
 // call it lands in, and block boundaries are fixed slot multiples of 16: batch invariant.
 // Invisible slots never touch the accumulators (their V may be garbage).
@@ -46,7 +47,8 @@ namespace {
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 constexpr int kKB = 16;      // keys per block
-constexpr int kRB = 4;       // rows per register tile
+constexpr int kRB = 4;       // rows per register tile of P·V
+constexpr int kQkRows = 8;   // rows per logits group (qk_partials)
 constexpr int kTileRows = 8; // rows per tile: kTileRows / G queries × G heads (G ≤ kTileRows)
 constexpr int kMaxRows = 64; // wider groups are split into tiles of ≤ kMaxRows heads of one query
 
@@ -114,27 +116,30 @@ inline __m512 transpose_sum16(const __m512* a) {
 
 // Raw logits of RB rows × 16 keys: dots[r][j] holds the 16 partial lanes of q_r · k_j.
 // Keys past nk re-read the last key (their lanes are masked by the caller).
-template <int RB, typename T>
+// RB rows × JK keys per register tile (RB·JK = 16 accumulators): 8 rows × 2 keys shares each
+// widened bf16 key among more rows than 4 × 4 (half the widening ops per product); the per-lane
+// sums are the same either way.
+template <int RB, typename T, int JK = (RB > 4 ? 2 : 4)>
 void qk_partials(const float* const* q, const T* kb, int64_t ks, int nk, int dq,
                  float* dots /*[RB][16][16]*/) {
   const int nqc = (dq + 15) / 16;
-  for (int jg = 0; jg < kKB; jg += 4) {
-    const T* kr[4];
-    for (int jj = 0; jj < 4; ++jj) kr[jj] = kb + imin(jg + jj, nk - 1) * ks;
-    __m512 a[RB][4];
+  for (int jg = 0; jg < kKB; jg += JK) {
+    const T* kr[JK];
+    for (int jj = 0; jj < JK; ++jj) kr[jj] = kb + imin(jg + jj, nk - 1) * ks;
+    __m512 a[RB][JK];
     for (int r = 0; r < RB; ++r)
-      for (int jj = 0; jj < 4; ++jj) a[r][jj] = _mm512_setzero_ps();
+      for (int jj = 0; jj < JK; ++jj) a[r][jj] = _mm512_setzero_ps();
     for (int c = 0; c < nqc; ++c) {
       const __mmask16 m = lanes16(dq - c * 16);
-      __m512 kv[4];
-      for (int jj = 0; jj < 4; ++jj) kv[jj] = load_key16(kr[jj] + c * 16, m);
+      __m512 kv[JK];
+      for (int jj = 0; jj < JK; ++jj) kv[jj] = load_key16(kr[jj] + c * 16, m);
       for (int r = 0; r < RB; ++r) {
         const __m512 qc = _mm512_maskz_loadu_ps(m, q[r] + c * 16);
-        for (int jj = 0; jj < 4; ++jj) a[r][jj] = _mm512_fmadd_ps(qc, kv[jj], a[r][jj]);
+        for (int jj = 0; jj < JK; ++jj) a[r][jj] = _mm512_fmadd_ps(qc, kv[jj], a[r][jj]);
       }
     }
     for (int r = 0; r < RB; ++r)
-      for (int jj = 0; jj < 4; ++jj) _mm512_store_ps(dots + (r * kKB + jg + jj) * 16, a[r][jj]);
+      for (int jj = 0; jj < JK; ++jj) _mm512_store_ps(dots + (r * kKB + jg + jj) * 16, a[r][jj]);
   }
 }
 
@@ -152,16 +157,30 @@ void pv_accumulate(float* const* acc, const float* const* p, const unsigned* vis
   for (int c = 0; c < cn; ++c) mk[c] = lanes16(dv - (c0 + c) * 16);
   for (int i = 0; i < RB; ++i)
     for (int c = 0; c < cn; ++c) r[i][c] = _mm512_load_ps(acc[i] + (c0 + c) * 16);
-  for (unsigned mm = any; mm; mm &= mm - 1) {
-    const int j = __builtin_ctz(mm);
-    __m512 vv[4];
-    for (int c = 0; c < cn; ++c) vv[c] = load_value16(vb, vs, j, (c0 + c) * 16, mk[c]);
-    for (int i = 0; i < RB; ++i) {
-      const __mmask16 use = static_cast<__mmask16>(-static_cast<int>((vis[i] >> j) & 1u));
-      const __m512 pv = _mm512_set1_ps(p[i][j]);
-      for (int c = 0; c < cn; ++c) r[i][c] = _mm512_mask3_fmadd_ps(pv, vv[c], r[i][c], use);
+  // When every row of the group sees every slot of `any` (all but the causal edge of a verify
+  // block), the fma needs no mask: the same result without a mask per row and slot.
+  auto run = [&](auto masked) {
+    for (unsigned mm = any; mm; mm &= mm - 1) {
+      const int j = __builtin_ctz(mm);
+      __m512 vv[4];
+      for (int c = 0; c < cn; ++c) vv[c] = load_value16(vb, vs, j, (c0 + c) * 16, mk[c]);
+      for (int i = 0; i < RB; ++i) {
+        const __m512 pv = _mm512_set1_ps(p[i][j]);
+        if constexpr (decltype(masked)::value) {
+          const __mmask16 use = static_cast<__mmask16>(-static_cast<int>((vis[i] >> j) & 1u));
+          for (int c = 0; c < cn; ++c) r[i][c] = _mm512_mask3_fmadd_ps(pv, vv[c], r[i][c], use);
+        } else {
+          for (int c = 0; c < cn; ++c) r[i][c] = _mm512_fmadd_ps(pv, vv[c], r[i][c]);
+        }
+      }
     }
-  }
+  };
+  unsigned all = any;
+  for (int i = 0; i < RB; ++i) all &= vis[i];
+  if (all == any)
+    run(std::false_type{});
+  else
+    run(std::true_type{});
   for (int i = 0; i < RB; ++i)
     for (int c = 0; c < cn; ++c) _mm512_store_ps(acc[i] + (c0 + c) * 16, r[i][c]);
 }
@@ -170,7 +189,7 @@ void pv_accumulate(float* const* acc, const float* const* p, const unsigned* vis
 struct TileScratch {
   float* acc;   // [rows][nvc * 16]
   float* prob;  // [rows][16]
-  float* dots;  // [kRB][16][16]
+  float* dots;  // [kQkRows][16][16]
   float* mrun;  // [rows]
   float* lrun;  // [rows]
 };
@@ -197,7 +216,7 @@ int64_t tile_queries(const AttnParams& p, int64_t n_q, int n_threads) {
 
 int64_t scratch_floats_per_thread(const AttnParams& p) {
   const int64_t R = kMaxRows, nvc = (p.d_v + 15) / 16;
-  return R * nvc * 16 + R * 16 + kRB * 256 + 2 * R + 16 /*alignment slack*/;
+  return R * nvc * 16 + R * 16 + kQkRows * 256 + 2 * R + 16 /*alignment slack*/;
 }
 
 TileScratch carve(float* base, const AttnParams& p) {
@@ -205,7 +224,7 @@ TileScratch carve(float* base, const AttnParams& p) {
   float* s = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t(63));
   TileScratch t;
   t.dots = s;
-  t.acc = t.dots + kRB * 256;
+  t.acc = t.dots + kQkRows * 256;
   t.prob = t.acc + R * nvc * 16;
   t.mrun = t.prob + R * 16;
   t.lrun = t.mrun + R;
@@ -250,14 +269,18 @@ void attend_tile(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
     using T = typename KvElem<kBf16>::T;
     const T* kb = KvElem<kBf16>::k(kv)[pg] + row * kv.ks + kv.koff;
     const T* vb = KvElem<kBf16>::val(kv)[pg] + row * kv.vs + kv.voff;
-    // Logits and softmax, kRB rows at a time.
-    for (int r0 = 0; r0 < R; r0 += kRB) {
-      const int rb = static_cast<int>(imin(kRB, R - r0));
+    // Logits and softmax, kQkRows rows at a time.
+    for (int r0 = 0; r0 < R; r0 += kQkRows) {
+      const int rb = static_cast<int>(imin(kQkRows, R - r0));
       switch (rb) {
         case 1: qk_partials<1, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
         case 2: qk_partials<2, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
         case 3: qk_partials<3, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
-        default: qk_partials<4, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        case 4: qk_partials<4, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        case 5: qk_partials<5, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        case 6: qk_partials<6, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        case 7: qk_partials<7, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
+        default: qk_partials<8, T>(qrow + r0, kb, kv.ks, nk, dq, t.dots); break;
       }
       for (int i = 0; i < rb; ++i) {
         const int r = r0 + i;
