@@ -130,19 +130,31 @@ inline void store_tiles(const __m512 (&acc)[MR][G], int64_t n0, int64_t N, float
   }
 }
 
-template <int MR, int G>
-void packed_bf16_tiles(const uint16_t* xb, int64_t Kp, const uint16_t* wt, int64_t n_kc,
+// Where a micro-kernel's G weight tiles start: ts apart (the matmul's walk over neighbouring
+// tiles) or listed one by one (the greedy screen's candidate tiles, bf16_packed_outputs_row).
+struct StridedTiles {
+  const uint16_t* w;
+  int64_t ts;
+  const uint16_t* operator[](int g) const { return w + g * ts; }
+};
+template <int G>
+struct ListedTiles {
+  const uint16_t* w[G];
+  const uint16_t* operator[](int g) const { return w[g]; }
+};
+
+template <int MR, int G, class Tiles = StridedTiles>
+void packed_bf16_tiles(const uint16_t* xb, int64_t Kp, Tiles tiles, int64_t n_kc,
                        int64_t n0, int64_t N, float* y, int64_t ldy) {
   static_assert(MR * G <= 24, "accumulators");
-  const int64_t ts = n_kc * kPackTile;  // stride between tiles
   __m512 acc[MR][G];
   for (int i = 0; i < MR; ++i)
     for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
   for (int64_t kc = 0; kc < n_kc; ++kc) {
-    const uint16_t* wk = wt + kc * kPackTile;
+    const int64_t ko = kc * kPackTile;
     for (int kp = 0; kp < 16; ++kp) {
       __m512bh wv[G];
-      for (int g = 0; g < G; ++g) wv[g] = (__m512bh)_mm512_loadu_si512(wk + g * ts + kp * 32);
+      for (int g = 0; g < G; ++g) wv[g] = (__m512bh)_mm512_loadu_si512(tiles[g] + ko + kp * 32);
       for (int i = 0; i < MR; ++i) {
         // the pair as one 32-bit broadcast load (xb is 64-byte aligned scratch, pairs 4-aligned)
         const __m512bh xv = (__m512bh)_mm512_set1_epi32(
@@ -182,7 +194,7 @@ void packed_bf16_rows(int64_t mr, const uint16_t* xb, int64_t Kp, const uint16_t
                       int64_t n0, int64_t N, float* y, int64_t ldy) {
   switch (mr) {
 #define DFL_PB16(r) \
-  case r: if constexpr (r * G <= 24) return packed_bf16_tiles<r, G>(xb, Kp, wt, n_kc, n0, N, y, ldy); break;
+  case r: if constexpr (r * G <= 24) return packed_bf16_tiles<r, G>(xb, Kp, StridedTiles{wt, n_kc * kPackTile}, n_kc, n0, N, y, ldy); break;
     DFL_PB16(1) DFL_PB16(2) DFL_PB16(3) DFL_PB16(4) DFL_PB16(5) DFL_PB16(6)
 #undef DFL_PB16
     default: break;
@@ -215,22 +227,21 @@ int64_t fma_x_stride(int64_t K) { return (K + 31) / 32 * 32 + 16; }
 
 namespace {
 
-template <int MR, int G>
-void fma_tiles(const float* xf, int64_t xs, const uint16_t* wt, int64_t n_kc, int64_t n0,
+template <int MR, int G, class Tiles = StridedTiles>
+void fma_tiles(const float* xf, int64_t xs, Tiles tiles, int64_t n_kc, int64_t n0,
                int64_t N, float* y, int64_t ldy) {
   static_assert(MR * G + 2 * G <= 28, "accumulators + widened weights + 2 broadcasts in 32 zmm");
-  const int64_t ts = n_kc * kPackTile;  // stride between tiles
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   __m512 acc[MR][G];
   for (int i = 0; i < MR; ++i)
     for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
   for (int64_t kc = 0; kc < n_kc; ++kc) {
-    const uint16_t* wk = wt + kc * kPackTile;
+    const int64_t ko = kc * kPackTile;
     const float* xk = xf + kc * 32;
     for (int kp = 0; kp < 16; ++kp) {
       __m512 w_even[G], w_odd[G];
       for (int g = 0; g < G; ++g) {
-        const uint16_t* wp = wk + g * ts + kp * 32;
+        const uint16_t* wp = tiles[g] + ko + kp * 32;
         const __m512i wv = _mm512_loadu_si512(wp);
         _mm_prefetch(reinterpret_cast<const char*>(wp + kFmaPrefetch), _MM_HINT_T0);
         w_even[g] = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
@@ -254,7 +265,7 @@ void fma_rows(int64_t mr, const float* xf, int64_t xs, const uint16_t* wt, int64
               int64_t n0, int64_t N, float* y, int64_t ldy) {
   switch (mr) {
 #define DFL_FMA_ROWS(r) \
-  case r: if constexpr (r * G + 2 * G <= 28) return fma_tiles<r, G>(xf, xs, wt, n_kc, n0, N, y, ldy); break;
+  case r: if constexpr (r * G + 2 * G <= 28) return fma_tiles<r, G>(xf, xs, StridedTiles{wt, n_kc * kPackTile}, n_kc, n0, N, y, ldy); break;
     DFL_FMA_ROWS(1) DFL_FMA_ROWS(2) DFL_FMA_ROWS(3) DFL_FMA_ROWS(4)
     DFL_FMA_ROWS(5) DFL_FMA_ROWS(6) DFL_FMA_ROWS(7) DFL_FMA_ROWS(8)
 #undef DFL_FMA_ROWS
@@ -481,19 +492,33 @@ void bf16_packed_outputs_row(const float* x, const WeightMatrix& w, const int32_
     to_bf16_fp32_rows(x, 1, K, Kp, Kp, xf.data());
   else
     to_bf16_rows(x, 1, K, Kp, xb);
-  float tile_y[16];
-  int64_t tile = -1;
-  for (int64_t i = 0; i < count; ++i) {
-    if (idx[i] / 16 != tile) {
-      tile = idx[i] / 16;
-      const int64_t nv = imin(16, w.n_out - 16 * tile);
-      const uint16_t* wt = static_cast<const uint16_t*>(w.packed) + tile * n_kc * kPackTile;
-      if (fma)
-        fma_tiles<1, 1>(xf.data(), Kp, wt, n_kc, 0, nv, tile_y, 0);
-      else
-        packed_bf16_tiles<1, 1>(xb, Kp, wt, n_kc, 0, nv, tile_y, 0);
+  // Up to kG distinct candidate tiles per micro-kernel call: one tile is a single accumulator
+  // chain (2 dependent products per k pair), kG of them run side by side for about the same
+  // time. A short last group repeats its last tile (computed, not used).
+  constexpr int kG = 8;
+  alignas(64) float tile_y[kG * 16];
+  const uint16_t* packed = static_cast<const uint16_t*>(w.packed);
+  for (int64_t i = 0; i < count;) {
+    // The next ≤ kG runs of one tile among idx[i..e), in order.
+    int64_t tiles[kG];
+    int nt = 0;
+    int64_t e = i;
+    for (; e < count; ++e) {
+      const int64_t tile = idx[e] / 16;
+      if (nt > 0 && tiles[nt - 1] == tile) continue;
+      if (nt == kG) break;
+      tiles[nt++] = tile;
     }
-    out[i] = tile_y[idx[i] % 16];
+    ListedTiles<kG> lt;
+    for (int g = 0; g < kG; ++g) lt.w[g] = packed + tiles[g < nt ? g : (nt > 0 ? nt - 1 : 0)] * n_kc * kPackTile;
+    if (fma)
+      fma_tiles<1, kG>(xf.data(), Kp, lt, n_kc, 0, kG * 16, tile_y, 0);
+    else
+      packed_bf16_tiles<1, kG>(xb, Kp, lt, n_kc, 0, kG * 16, tile_y, 0);
+    for (int g = 0; i < e; ++i) {
+      if (idx[i] / 16 != tiles[g]) ++g;
+      out[i] = tile_y[g * 16 + idx[i] % 16];
+    }
   }
 }
 
