@@ -17,7 +17,9 @@
 // kernels/q8.cc.
 #include <immintrin.h>
 
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx512.h"
@@ -86,25 +88,57 @@ void tile_q8(const Q8Act& a, int64_t m0, const uint8_t* wt, const float* dt, int
   for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy, sm, acc[i]);
 }
 
-// Rows m0 .. m0+MR-1 × one 64-block of a tile, accumulating into acc[MR][16] in memory: the
-// block-outer form for 8 < M ≤ kMaxBlockOuterRows. The column is then streamed once for all M
-// rows (row-group-outer would walk it once per 8 rows, and the later walks, from L1/L2, leave
-// the DRAM stream idle: the lm_head at M = 16 ran at a third of the bandwidth). Same per-output
-// sequence acc + float(dot) · (x_scale · w_scale) over the blocks in k order: the same bits.
+// The activations of the block-outer form as a panel, built once per call: per group of kMR
+// rows and per 64-block, the 4-byte k groups of the kMR rows side by side (r-major), then the
+// group's kMR correction and scale values. One pointer per (group, block) reaches every operand
+// of block_q8, so the micro-kernel runs without the per-row addresses that had spilled GPRs
+// (8 strided rows: base + i·ldx each). Rows past M in the last group are zero (never stored).
+constexpr int kPR = 16;  // rows per panel group
+struct Q8Panel {
+  const int32_t* q;  // [group][block][16 r][kPR rows]: 4 int8 of row i at k = 64·block + 4r
+  const int32_t* c;  // [group][block][kPR]
+  const float* d;    // [group][block][kPR]
+};
+
+Q8Panel build_panel(const Q8Act& a, int64_t M) {
+  thread_local std::vector<int32_t> qbuf, cbuf;
+  thread_local std::vector<float> dbuf;
+  const int64_t nb = a.n_blocks, groups = (M + kPR - 1) / kPR;
+  qbuf.assign(static_cast<size_t>(groups * nb * 16 * kPR), 0);
+  cbuf.assign(static_cast<size_t>(groups * nb * kPR), 0);
+  dbuf.assign(static_cast<size_t>(groups * nb * kPR), 0.0f);
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t gi = m / kPR, i = m % kPR;
+    const int8_t* xr = a.q + m * nb * kQ8Block;
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t* pq = qbuf.data() + (gi * nb + b) * 16 * kPR + i;
+      for (int r = 0; r < 16; ++r) std::memcpy(pq + r * kPR, xr + b * kQ8Block + 4 * r, 4);
+      cbuf[(gi * nb + b) * kPR + i] = a.c[m * nb + b];
+      dbuf[(gi * nb + b) * kPR + i] = a.d[m * nb + b];
+    }
+  }
+  return {qbuf.data(), cbuf.data(), dbuf.data()};
+}
+
+// Rows i < MR of one panel group × one 64-block of a tile (pq / pc / pd: the group's block),
+// accumulating into acc[MR][16] in memory: the block-outer form for kMR < M ≤
+// kMaxBlockOuterRows. The column is then streamed once for all M rows (row-group-outer would
+// walk it once per 8 rows, and the later walks, from L1/L2, leave the DRAM stream idle: the
+// lm_head at M = 16 ran at a third of the bandwidth). Same per-output sequence
+// acc + float(dot) · (x_scale · w_scale) over the blocks in k order: the same bits.
 template <int MR>
-void block_q8(const Q8Act& a, int64_t m0, const uint8_t* wb, const float* dwp, int64_t b, float* acc) {
-  const int64_t nb = a.n_blocks, ldx = nb * kQ8Block;
-  const int8_t* xq = a.q + m0 * ldx + b * kQ8Block;
+void block_q8(const int32_t* pq, const int32_t* pc, const float* pd, const uint8_t* wb,
+              const float* dwp, float* acc) {
   __m512i s[MR];
-  for (int i = 0; i < MR; ++i) s[i] = _mm512_set1_epi32(a.c[(m0 + i) * nb + b]);
+  for (int i = 0; i < MR; ++i) s[i] = _mm512_set1_epi32(pc[i]);
 #pragma GCC unroll 16
   for (int r = 0; r < 16; ++r) {
     const __m512i wv = _mm512_loadu_si512(wb + 64 * r);
-    for (int i = 0; i < MR; ++i) s[i] = _mm512_dpbusd_epi32(s[i], wv, bcast4(xq + i * ldx + 4 * r));
+    for (int i = 0; i < MR; ++i) s[i] = _mm512_dpbusd_epi32(s[i], wv, _mm512_set1_epi32(pq[r * kPR + i]));
   }
   const __m512 dw = _mm512_loadu_ps(dwp);
   for (int i = 0; i < MR; ++i) {
-    const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(a.d[(m0 + i) * nb + b]), dw);
+    const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(pd[i]), dw);
     _mm512_storeu_ps(acc + 16 * i,
                      _mm512_add_ps(_mm512_loadu_ps(acc + 16 * i), _mm512_mul_ps(_mm512_cvtepi32_ps(s[i]), sc)));
   }
@@ -112,19 +146,28 @@ void block_q8(const Q8Act& a, int64_t m0, const uint8_t* wb, const float* dwp, i
 
 constexpr int64_t kMaxBlockOuterRows = 32;
 
-void column_q8_block_outer(const Q8Act& a, int64_t M, const uint8_t* wt, const float* dt,
-                           int64_t n_valid, float* y, int64_t ldy) {
-  const int64_t nb = a.n_blocks;
+void column_q8_block_outer(const Q8Panel& pan, int64_t nb, int64_t M, const uint8_t* wt,
+                           const float* dt, int64_t n_valid, float* y, int64_t ldy) {
   alignas(64) float acc[kMaxBlockOuterRows * 16];
-  for (int64_t i = 0; i < M * 16; ++i) acc[i] = 0.0f;
+  const int64_t Mp = (M + kPR - 1) / kPR * kPR;
+  for (int64_t i = 0; i < Mp * 16; ++i) acc[i] = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = wt + b * kTileBytes;
     prefetch_tile(wb);
     _mm_prefetch(reinterpret_cast<const char*>(dt + (b + kPrefetchBlocks) * 16), _MM_HINT_T0);
-    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
+    for (int64_t m0 = 0; m0 < M; m0 += kPR) {
+      const int64_t gb = (m0 / kPR) * nb + b;
+      const int32_t* pq = pan.q + gb * 16 * kPR;
+      const int32_t* pc = pan.c + gb * kPR;
+      const float* pd = pan.d + gb * kPR;
       float* ac = acc + m0 * 16;
       const float* dw = dt + b * 16;
-      with_rows<kMR>(M - m0, [&](auto R) { block_q8<R.value>(a, m0, wb, dw, b, ac); });
+      // 16 rows: 16 int32 chains in flight (8 leave vpdpbusd's ~6-cycle latency exposed); a
+      // group of 9..15 rows runs as 16 (the panel's rows past M are zero, their sums unused).
+      if (M - m0 > kMR)
+        block_q8<kPR>(pq, pc, pd, wb, dw, ac);
+      else
+        with_rows<kMR>(M - m0, [&](auto R) { block_q8<R.value>(pq, pc, pd, wb, dw, ac); });
     }
   }
   const __mmask16 sm = n_valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << n_valid) - 1);
@@ -167,6 +210,8 @@ void matmul_q8(const Q8Act& a, int64_t M, const WeightMatrix& w, float* y, Threa
   const int64_t N = w.n_out, nb = a.n_blocks;
   const uint8_t* wq = static_cast<const uint8_t*>(w.data);
   const int64_t n_tiles = (N + 15) / 16;
+  const bool block_outer = M > kMR && M <= kMaxBlockOuterRows;
+  const Q8Panel pan = block_outer ? build_panel(a, M) : Q8Panel{};
   pool.parallel_for(
       n_tiles,
       [&](int64_t t0, int64_t t1, int) {
@@ -174,8 +219,8 @@ void matmul_q8(const Q8Act& a, int64_t M, const WeightMatrix& w, float* y, Threa
           const int64_t n0 = t * 16, nv = imin(16, N - n0);
           const uint8_t* wt = wq + t * nb * kTileBytes;
           const float* dt = w.scale + t * nb * 16;
-          if (M > kMR && M <= kMaxBlockOuterRows) {
-            column_q8_block_outer(a, M, wt, dt, nv, y + n0, N);
+          if (block_outer) {
+            column_q8_block_outer(pan, nb, M, wt, dt, nv, y + n0, N);
             continue;
           }
           for (int64_t m0 = 0; m0 < M; m0 += kMR) {
