@@ -444,6 +444,11 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
 }
 
 int64_t argmax(const float* x, int64_t n) {
+  if (cpu_isa() == IsaLevel::kAvx512) return cpu::avx512::argmax(x, n);
+  return argmax_portable(x, n);
+}
+
+int64_t argmax_portable(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i)
     if (x[i] > x[best]) best = i;

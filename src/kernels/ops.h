@@ -297,8 +297,11 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const float* k
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool);
 
-// Index of the largest element (first one on ties).
+// Index of the largest element (first one on ties): best = 0, then i replaces best iff
+// x[i] > x[best] — so a NaN never wins, and a NaN at 0 is never replaced. argmax_portable is
+// that loop; argmax runs it vectorized where the machine allows (the same index, always).
 int64_t argmax(const float* x, int64_t n);
+int64_t argmax_portable(const float* x, int64_t n);
 // out[r] = argmax of row r of x [rows, n].
 void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out);
 

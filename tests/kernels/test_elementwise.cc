@@ -259,6 +259,40 @@ TEST(Elementwise, PoolSplitIsBitIdentical) {
 // delta_rule_step against HF's order of the gated delta rule in double
 // (S ← decay·S; u = (v − Sᵀk)·β; S ← S + k uᵀ; o = Sᵀq), dv = 128 (one 8-vector block), 48 and 20
 // (the portable path on AVX-512); in place equals out of place, and o = null leaves the state alone.
+// argmax on every ISA level: finite rows against std::max_element (first of the largest), on
+// every length 1..70 and a vocabulary-sized row; then the contract's non-finite cases (a NaN never
+// wins, a NaN at 0 stays, -inf and ±0 ties give the first index).
+TEST(Elementwise, ArgmaxIsTheFirstMaximum) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  const std::vector<std::vector<float>> special = {
+      {nan, 1, 2},       {1, nan, 3, nan},   {-inf, -inf, -inf}, {-inf, nan, nan},
+      {-0.0f, 0.0f, -1}, {0.0f, -0.0f},      {3, 1, 3, 3},       {nan},
+      {-inf, 2, inf, inf, nan}};
+  const std::vector<int64_t> want = {0, 2, 0, 0, 0, 0, 0, 0, 2};
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    for (int64_t n = 1; n <= 70; ++n) {
+      auto x = randn(n, n);
+      for (int64_t i = 0; i < n; i += 7) x[i] = 2.5f;  // ties in several lanes and blocks
+      EXPECT_EQ(ops::argmax(x.data(), n), std::max_element(x.begin(), x.end()) - x.begin()) << "n=" << n;
+    }
+    auto v = randn(151936, 9);
+    v[151935] = 9.0f;
+    v[70001] = 9.0f;
+    EXPECT_EQ(ops::argmax(v.data(), int64_t(v.size())), 70001);
+    for (size_t c = 0; c < special.size(); ++c) {
+      // the same case placed at every lane offset after a run of -inf (all later than index 0)
+      EXPECT_EQ(ops::argmax(special[c].data(), int64_t(special[c].size())), want[c]) << "case " << c;
+      for (int64_t pad = 1; pad < 40; pad += 3) {
+        std::vector<float> x(pad, -inf);
+        x.insert(x.end(), special[c].begin(), special[c].end());
+        EXPECT_EQ(ops::argmax(x.data(), int64_t(x.size())), ops::argmax_portable(x.data(), int64_t(x.size())))
+            << "case " << c << " pad " << pad;
+      }
+    }
+  }
+}
+
 TEST(Elementwise, DeltaRuleStep) {
   for (IsaLevel isa : test::isa_levels()) {
     test::IsaScope scope(isa);

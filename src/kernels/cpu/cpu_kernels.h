@@ -165,6 +165,8 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
                   float eps, float* y);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// ops::argmax's rule (first maximum; NaN never wins; a NaN at 0 stays), vectorized.
+int64_t argmax(const float* x, int64_t n);
 void add_inplace(float* y, const float* x, int64_t n);
 void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
 void softcap(float* x, int64_t n, float cap);

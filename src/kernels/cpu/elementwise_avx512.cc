@@ -65,6 +65,43 @@ void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, in
   }
 }
 
+// Index of the first maximum, as the scalar rule of ops::argmax: best = 0, then i replaces best
+// iff x[i] > x[best] (so NaN never wins, and a NaN at 0 is never replaced). Per lane: the first
+// index of the lane's maximum (strictly greater replaces); then the largest lane value and, among
+// the lanes holding it, the smallest index. (Every lane starts at -inf with no index, so lanes
+// that only see -inf or NaN drop out; x[0] is lane 0's first candidate.)
+int64_t argmax(const float* x, int64_t n) {
+  if (n <= 0 || x[0] != x[0]) return 0;
+  __m512 best = _mm512_set1_ps(-__builtin_inff());
+  __m512i bidx = _mm512_set1_epi32(-1);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes16(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    const __mmask16 gt = _mm512_mask_cmp_ps_mask(m, v, best, _CMP_GT_OQ);
+    best = _mm512_mask_mov_ps(best, gt, v);
+    bidx = _mm512_mask_mov_epi32(bidx, gt, idx);
+    idx = _mm512_add_epi32(idx, step);
+  }
+  alignas(64) float bv[16];
+  alignas(64) int32_t bi[16];
+  _mm512_store_ps(bv, best);
+  _mm512_store_si512(bi, bidx);
+  int64_t out = 0;  // every lane at -inf (all elements -inf, or x[0] = -inf and the rest NaN)
+  float top = -__builtin_inff();
+  bool found = false;
+  for (int l = 0; l < 16; ++l) {
+    if (bi[l] < 0) continue;
+    if (!found || bv[l] > top || (bv[l] == top && bi[l] < out)) {
+      top = bv[l];
+      out = bi[l];
+      found = true;
+    }
+  }
+  return out;
+}
+
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
