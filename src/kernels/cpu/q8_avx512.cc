@@ -88,9 +88,10 @@ void tile_q8(const Q8Act& a, int64_t m0, const uint8_t* wt, const float* dt, int
   for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy, sm, acc[i]);
 }
 
-// The activations of the block-outer form as a panel, built once per call: per group of kMR
-// rows and per 64-block, the 4-byte k groups of the kMR rows side by side (r-major), then the
-// group's kMR correction and scale values. One pointer per (group, block) reaches every operand
+// The activations of the block-outer form as a panel, built once per call by the calling
+// thread (thread-local storage, read by the pool's threads during the call): per group of kPR
+// rows and per 64-block, the 4-byte k groups of the kPR rows side by side (r-major), then the
+// group's kPR correction and scale values. One pointer per (group, block) reaches every operand
 // of block_q8, so the micro-kernel runs without the per-row addresses that had spilled GPRs
 // (8 strided rows: base + i·ldx each). Rows past M in the last group are zero (never stored).
 constexpr int kPR = 16;  // rows per panel group
