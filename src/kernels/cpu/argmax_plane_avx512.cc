@@ -46,7 +46,7 @@ inline void plane_rows(const __m512i u[8], __m512 d, const int8_t* xq, const int
 #pragma GCC unroll 8
   for (int v = 0; v < 8; ++v) {
     const int e = 16 * (v % 2) + 4 * (v / 2);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) dot[r][v % C] = _mm512_dpbusd_epi32(dot[r][v % C], u[v], bcast4(xq + 32 * r + e));
   }
   for (int r = 0; r < MR; ++r) {
@@ -78,10 +78,17 @@ void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dxh, int6
       const int8_t* xq = q + b * M * 32;
       const int32_t* ncb = nc + b * M;
       const float* dxb = dxh + b * M;
-      for (int64_t m0 = 0; m0 < M; m0 += 8)
+      for (int64_t m0 = 0; m0 < M;) {
+        if (M - m0 >= 16) {
+          plane_rows<16>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0);
+          m0 += 16;
+          continue;
+        }
         with_rows(M - m0, [&](auto R) {
           plane_rows<R.value>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0);
         });
+        m0 += 8;
+      }
     }
     const int64_t valid = n_out - 16 * t;
     const __mmask16 mk = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1);
