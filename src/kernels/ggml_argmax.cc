@@ -193,8 +193,10 @@ void logits_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, int32_
 
 // The rows of x [M, K] whose out[r] is -1 (the screen gave up), in one logits call (one weight
 // stream for all of them); the screen's health notes the rate.
+// missed ≥ 0: the number of rows the health notes as misses instead of the given-up ones (a call
+// whose finish cost about what the logits would have).
 void redo_given_up_rows(const float* x, int64_t M, const WeightMatrix& w, ArgmaxScreen::Health& health,
-                        int32_t* out, ThreadPool& pool) {
+                        int32_t* out, ThreadPool& pool, int64_t missed = -1) {
   thread_local std::vector<int64_t> redo;
   thread_local std::vector<float> xr;
   thread_local std::vector<int32_t> picks;
@@ -202,7 +204,7 @@ void redo_given_up_rows(const float* x, int64_t M, const WeightMatrix& w, Argmax
   redo.clear();
   for (int64_t r = 0; r < M; ++r)
     if (out[r] < 0) redo.push_back(r);
-  note_misses(health, int64_t(redo.size()), M);
+  note_misses(health, missed >= 0 ? missed : int64_t(redo.size()), M);
   if (redo.empty()) return;
   g_full.fetch_add(redo.size(), std::memory_order_relaxed);
   if (xr.size() < redo.size() * size_t(K)) xr.resize(redo.size() * size_t(K));
@@ -417,11 +419,11 @@ ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
 
 namespace {
 
-// The greedy pick of one row of a BF16 head from its plane row ŷ1, or -1 (compute it in full).
-// x: the row (fp32); xt: its bf16 rounding; a1: x̃'s int8 part (row r).
-int32_t finish_bf16_row(const float* y1, const float* x, const float* xt, const cpu::GgmlAct& a1,
-                        int64_t r, const WeightMatrix& w, const ArgmaxScreen& s, int32_t* idx,
-                        float* hi) {
+// The candidates of one row of a BF16 head from its plane row ŷ1, in increasing order into idx
+// (their count), or -1 (compute the row in full). xt: the row's bf16 rounding; a1: x̃'s int8
+// part (row r); hi: scratch. idx / hi: candidate_cap(V) entries.
+int64_t bf16_candidates(const float* y1, const float* xt, const cpu::GgmlAct& a1, int64_t r,
+                        const WeightMatrix& w, const ArgmaxScreen& s, int32_t* idx, float* hi) {
   const int64_t K = w.n_in, V = w.n_out;
   // ||x̃ − x̂1|| and ||x̃|| in double (x̂1 = d1·q1: exact products).
   const int8_t* q = a1.q + r * (K + 256);
@@ -436,15 +438,16 @@ int32_t finish_bf16_row(const float* y1, const float* x, const float* xt, const 
   const float R = round_up((std::sqrt(rr) + gamma_b * std::sqrt(xx) + double(K) * 0x1p-126) *
                                (1.0 + 0x1p-40) + double(s.abs_slack));
   bool bad = false;
-  const int64_t count = cpu::avx512::screen_row(y1, s.bound.data(), V, R, kRel, kHuge, &bad, idx, hi,
-                                                candidate_cap(V), s.plane_bound.data(),
-                                                residual_norm(a1, r, 32));
-  if (count < 0) return -1;
-  // The candidates' outputs from the kernel (their tiles, x converted once); hi is free now.
-  cpu::avx512::bf16_packed_outputs_row(x, w, idx, count, bf16_dot() == Bf16Dot::kFma, hi);
-  int64_t i = 0;  // first_max asks for idx[0], idx[1], ... once each, in order
-  return first_max(idx, count, [&](int64_t) { return hi[i++]; });
+  return cpu::avx512::screen_row(y1, s.bound.data(), V, R, kRel, kHuge, &bad, idx, hi, candidate_cap(V),
+                                 s.plane_bound.data(), residual_norm(a1, r, 32));
 }
+
+// A call's rows finish jointly (bf16_screened_argmax) once the union of their candidate tiles
+// is at most this fraction of the head's tiles; beyond it the call still finishes them, but
+// notes its rows as misses, so a head whose rows keep touching most tiles (flat logits) steps
+// aside to the logits: the plane costs ~0.35 of the logits at 16 rows, so a finish over more
+// than about half the tiles no longer pays.
+constexpr double kMaxUnionTiles = 0.5;
 
 // matmul_argmax on a screened BF16 head (top comment, "BF16 heads").
 void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
@@ -453,9 +456,12 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const IsaLevel isa = cpu_isa();
   thread_local GgmlActRows q1;
   thread_local std::vector<float> xt, y1, his;
-  thread_local std::vector<int32_t> idx;
+  thread_local std::vector<int32_t> idx, tiles;
+  thread_local std::vector<int64_t> counts;
+  thread_local std::vector<uint8_t> tile_mark;
   for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
     const int64_t M = std::min(cpu::kGgmlRowChunk, n_rows - m0);
+    counts.resize(static_cast<size_t>(M));
     if (xt.size() < static_cast<size_t>(M * K)) xt.resize(static_cast<size_t>(M * K));
     if (y1.size() < static_cast<size_t>(M * V)) y1.resize(static_cast<size_t>(M * V));
     if (idx.size() < static_cast<size_t>(M * cap)) idx.resize(static_cast<size_t>(M * cap));
@@ -471,15 +477,46 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     const float* xtp = xt.data();
     int32_t* idxp = idx.data();
     float* hip = his.data();
+    int64_t* countp = counts.data();
     pool.parallel_for(
         M,
-        [&, y1p, xtp, idxp, hip](int64_t r0, int64_t r1, int) {
+        [&, y1p, xtp, idxp, hip, countp](int64_t r0, int64_t r1, int) {
           for (int64_t r = r0; r < r1; ++r)
-            out[m0 + r] = finish_bf16_row(y1p + r * V, x + (m0 + r) * K, xtp + r * K, a1, r, w,
-                                          screen, idxp + r * cap, hip + r * cap);
+            countp[r] = bf16_candidates(y1p + r * V, xtp + r * K, a1, r, w, screen, idxp + r * cap, hip + r * cap);
         },
         1);
-    redo_given_up_rows(x + m0 * K, M, w, *screen.health, out + m0, pool);
+    // The exact outputs of the union of the rows' candidate tiles, for every row at once (each
+    // tile's weights read once), over ŷ1 in y1 (no longer needed). One row: its own tiles.
+    const bool fma = bf16_dot() == Bf16Dot::kFma;
+    tile_mark.assign(static_cast<size_t>((V + 15) / 16), 0);
+    tiles.clear();
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t i = 0; i < counts[r]; ++i) {
+        const int32_t t = idx[r * cap + i] / 16;
+        if (!tile_mark[t]) {
+          tile_mark[t] = 1;
+          tiles.push_back(t);
+        }
+      }
+    std::sort(tiles.begin(), tiles.end());
+    if (M == 1 && counts[0] >= 0)
+      cpu::avx512::bf16_packed_outputs_row(x + m0 * K, w, idx.data(), counts[0], fma, y1.data());
+    else if (!tiles.empty())
+      cpu::avx512::bf16_packed_tiles_rows(x + m0 * K, M, w, tiles.data(), int64_t(tiles.size()), fma,
+                                          y1.data(), pool);
+    for (int64_t r = 0; r < M; ++r) {
+      if (counts[r] < 0) {
+        out[m0 + r] = -1;
+        continue;
+      }
+      const int32_t* ir = idx.data() + r * cap;
+      const float* yr = y1.data() + r * V;
+      int64_t i = 0;  // (one row: bf16_packed_outputs_row left output ir[i] at yr[i])
+      out[m0 + r] = M == 1 ? first_max(ir, counts[r], [&](int64_t) { return yr[i++]; })
+                           : first_max(ir, counts[r], [&](int64_t n) { return yr[n]; });
+    }
+    const bool wide = double(tiles.size()) > kMaxUnionTiles * double((V + 15) / 16);
+    redo_given_up_rows(x + m0 * K, M, w, *screen.health, out + m0, pool, wide ? M : -1);
   }
 }
 

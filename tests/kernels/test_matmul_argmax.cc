@@ -320,6 +320,11 @@ TEST(MatmulArgmax, Bf16HeadSameIndexAsTheLogitsOnEveryPath) {
     for (int64_t M : {1, 3, 16, 17, 40, 64}) {
       const auto x = test::randn(static_cast<size_t>(M * K), 31 + uint32_t(M));
       const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
+      // A fresh health per call: this small flat head's calls touch most of its tiles, which
+      // makes the screen step aside (Bf16HeadWhoseRowsTouchMostTilesStepsAside); here every
+      // call must take the plane.
+      h.screen.health->misses = 0;
+      h.screen.health->skip = 0;
       const ops::ArgmaxStats before = ops::argmax_stats();
       EXPECT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want)
           << path.name << " M=" << M;
@@ -329,6 +334,27 @@ TEST(MatmulArgmax, Bf16HeadSameIndexAsTheLogitsOnEveryPath) {
       EXPECT_LE(after.full_rows - before.full_rows, uint64_t(M / 8)) << path.name << " M=" << M;
     }
   }
+}
+
+// Rows whose candidates together touch most of the head's tiles (flat random logits: the joint
+// exact finish then costs about what the logits do) are noted as misses, so after a few such
+// calls the screen steps aside to the logits for a while — with the same picks throughout — and
+// comes back. N = 1501 (94 tiles), 16 rows per call.
+TEST(MatmulArgmax, Bf16HeadWhoseRowsTouchMostTilesStepsAside) {
+  if (cpu_isa() != IsaLevel::kAvx512 || amx_usable()) GTEST_SKIP() << "the BF16 plane runs on AVX-512 without AMX";
+  ThreadPool pool(2);
+  constexpr int64_t N = 1501, K = 640, M = 16;
+  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 21, 0.5f), N, K, pool);
+  const auto x = test::randn(static_cast<size_t>(M * K), 47);
+  const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
+  int plane_calls = 0;
+  for (int call = 0; call < 100; ++call) {
+    const ops::ArgmaxStats before = ops::argmax_stats();
+    ASSERT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want) << "call " << call;
+    plane_calls += ops::argmax_stats().plane_rows > before.plane_rows;
+  }
+  EXPECT_GE(plane_calls, 3) << "the screen is tried again after stepping aside";
+  EXPECT_LE(plane_calls, 30) << "the screen kept finishing calls that cost what the logits do";
 }
 
 // Rows whose plane values lean the wrong way: x = all ones. Row kA: every weight a (q = 127 =

@@ -522,6 +522,39 @@ void bf16_packed_outputs_row(const float* x, const WeightMatrix& w, const int32_
   }
 }
 
+void bf16_packed_tiles_rows(const float* x, int64_t M, const WeightMatrix& w, const int32_t* tiles,
+                            int64_t count, bool fma, float* y, ThreadPool& pool) {
+  const int64_t N = w.n_out, K = w.n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
+  const int64_t xs = fma ? fma_x_stride(K) : Kp;  // row stride of the converted rows
+  thread_local std::vector<float> xbuf;  // the calling thread's; the pool reads it during the call
+  const size_t need = static_cast<size_t>(fma ? M * xs : (M * Kp + 1) / 2);
+  if (xbuf.size() < need) xbuf.resize(need);
+  const float* xf = xbuf.data();
+  uint16_t* xb = reinterpret_cast<uint16_t*>(xbuf.data());
+  if (fma)
+    to_bf16_fp32_rows(x, M, K, Kp, xs, xbuf.data());
+  else
+    to_bf16_rows(x, M, K, Kp, xb);
+  const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
+  const int64_t mr_max = fma ? 8 : 6;  // row blocks fma_rows / packed_bf16_rows take
+  pool.parallel_for(
+      count,
+      [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const uint16_t* wt = wp + int64_t(tiles[i]) * n_kc * kPackTile;
+          const int64_t n0 = 16 * int64_t(tiles[i]);
+          for (int64_t m0 = 0; m0 < M; m0 += mr_max) {
+            const int64_t mr = imin(mr_max, M - m0);
+            if (fma)
+              fma_rows<1>(mr, xf + m0 * xs, xs, wt, n_kc, n0, N, y + m0 * N, N);
+            else
+              packed_bf16_rows<1>(mr, xb + m0 * Kp, Kp, wt, n_kc, n0, N, y + m0 * N, N);
+          }
+        }
+      },
+      4);
+}
+
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   switch (w.dtype) {
     case DType::kF32: run_fp32w<WKind::kF32>(x, M, w, y, pool); break;
