@@ -50,8 +50,11 @@
 // A = K·2⁻¹²⁵ (underflow and denormal flushing in the kernel and in x̃'s conversion), carried as
 // A / min_n ||w_n|| in R. So the same screen runs with bound_n = ||w_n||·(1 + 2⁻¹⁶), R = ||r|| +
 // γ_b·||x̃|| + A / min ||w_n||, P_n = (||e_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) and X1 = ||x̂1||; the
-// candidates are finished by the packed kernel itself on their 16-output tile (its bits). A
-// weight with a bf16 denormal, inf or NaN gets no screen.
+// candidates are finished by the packed kernel itself on their 16-output tile (its bits): a
+// call's rows jointly, the union of their candidate tiles computed once for every row (a tile's
+// weights read once), and a call whose union covers more than half the tiles counts its rows as
+// misses (kMaxUnionTiles), so flat heads step aside to the logits. A weight with a bf16
+// denormal, inf or NaN gets no screen.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
