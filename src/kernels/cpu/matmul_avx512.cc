@@ -189,6 +189,10 @@ void walk_packed_tiles(int64_t M, int64_t N, int64_t n_kc, const uint16_t* wp, i
   });
 }
 
+// Row blocks the two row dispatchers take (packed_bf16_rows: 1..6, fma_rows: 1..8; a larger
+// mr computes nothing).
+constexpr int64_t kPackedBf16MaxRows = 6, kFmaMaxRows = 8;
+
 template <int G>
 void packed_bf16_rows(int64_t mr, const uint16_t* xb, int64_t Kp, const uint16_t* wt, int64_t n_kc,
                       int64_t n0, int64_t N, float* y, int64_t ldy) {
@@ -536,7 +540,7 @@ void bf16_packed_tiles_rows(const float* x, int64_t M, const WeightMatrix& w, co
   else
     to_bf16_rows(x, M, K, Kp, xb);
   const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
-  const int64_t mr_max = fma ? 8 : 6;  // row blocks fma_rows / packed_bf16_rows take
+  const int64_t mr_max = fma ? kFmaMaxRows : kPackedBf16MaxRows;
   pool.parallel_for(
       count,
       [&](int64_t i0, int64_t i1, int) {
