@@ -50,10 +50,10 @@
 // A = K·2⁻¹²⁵ (underflow and denormal flushing in the kernel and in x̃'s conversion), carried as
 // A / min_n ||w_n|| in R. So the same screen runs with bound_n = ||w_n||·(1 + 2⁻¹⁶), R = ||r|| +
 // γ_b·||x̃|| + A / min ||w_n||, P_n = (||e_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) and X1 = ||x̂1||; the
-// candidates are finished by the packed kernel itself on their 16-output tile (its bits): a
-// call's rows jointly, the union of their candidate tiles computed once for every row (a tile's
-// weights read once), and a call whose union covers more than half the tiles counts its rows as
-// misses (kMaxUnionTiles), so flat heads step aside to the logits. A weight with a bf16
+// candidates are finished by the packed kernel itself on their 16-output tile (its bits), one
+// (row, tile) pair per candidate tile of each row (bf16_packed_pairs: a row pays for its own
+// tiles only), and a call whose pairs pass a share of all its products counts its rows as
+// misses (max_finish_share), so flat heads step aside to the logits. A weight with a bf16
 // denormal, inf or NaN gets no screen.
 #include <algorithm>
 #include <atomic>
@@ -445,12 +445,13 @@ int64_t bf16_candidates(const float* y1, const float* xt, const cpu::GgmlAct& a1
                                  s.plane_bound.data(), residual_norm(a1, r, 32));
 }
 
-// A call's rows finish jointly (bf16_screened_argmax) once the union of their candidate tiles
-// is at most this fraction of the head's tiles; beyond it the call still finishes them, but
-// notes its rows as misses, so a head whose rows keep touching most tiles (flat logits) steps
-// aside to the logits: the plane costs ~0.35 of the logits at 16 rows, so a finish over more
-// than about half the tiles no longer pays.
-constexpr double kMaxUnionTiles = 0.5;
+// The share of the (row, tile) products a call's finish may take before its rows count as
+// misses (it still finishes them), so that a head whose rows keep touching many tiles (flat
+// logits) steps aside to the logits. One row reads its tiles at the weight stream's pace: the
+// plane costs ~0.37 of the head's stream, a finish over half the tiles about as much again. Several
+// rows are compute-bound: a pair runs at about half the rate of the logits' row blocks and the
+// plane costs ~0.35 of the logits, so a quarter of the pairs is where the screen stops paying.
+double max_finish_share(int64_t rows) { return rows == 1 ? 0.5 : 0.25; }
 
 // matmul_argmax on a screened BF16 head (top comment, "BF16 heads").
 void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
@@ -459,9 +460,8 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const IsaLevel isa = cpu_isa();
   thread_local GgmlActRows q1;
   thread_local std::vector<float> xt, y1, his;
-  thread_local std::vector<int32_t> idx, tiles;
+  thread_local std::vector<int32_t> idx, pair_tile, pair_row, tile_start;
   thread_local std::vector<int64_t> counts;
-  thread_local std::vector<uint8_t> tile_mark;
   for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
     const int64_t M = std::min(cpu::kGgmlRowChunk, n_rows - m0);
     counts.resize(static_cast<size_t>(M));
@@ -488,37 +488,37 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
             countp[r] = bf16_candidates(y1p + r * V, xtp + r * K, a1, r, w, screen, idxp + r * cap, hip + r * cap);
         },
         1);
-    // The exact outputs of the union of the rows' candidate tiles, for every row at once (each
-    // tile's weights read once), over ŷ1 in y1 (no longer needed). One row: its own tiles.
-    const bool fma = bf16_dot() == Bf16Dot::kFma;
-    tile_mark.assign(static_cast<size_t>((V + 15) / 16), 0);
-    tiles.clear();
+    // The exact outputs of each row's candidate tiles, as (row, tile) pairs in tile-major order
+    // (a tile several rows need is read once from memory, then from cache), over ŷ1 in y1 (no
+    // longer needed): a bucket pass over the rows' increasing candidate lists.
+    const int64_t n_tiles = (V + 15) / 16;
+    tile_start.assign(static_cast<size_t>(n_tiles + 1), 0);
     for (int64_t r = 0; r < M; ++r)
-      for (int64_t i = 0; i < counts[r]; ++i) {
-        const int32_t t = idx[r * cap + i] / 16;
-        if (!tile_mark[t]) {
-          tile_mark[t] = 1;
-          tiles.push_back(t);
+      for (int64_t i = 0, last = -1; i < counts[r]; ++i)
+        if (const int64_t t = idx[r * cap + i] / 16; t != last) {
+          ++tile_start[t + 1];
+          last = t;
         }
-      }
-    std::sort(tiles.begin(), tiles.end());
-    if (M == 1 && counts[0] >= 0)
-      cpu::avx512::bf16_packed_outputs_row(x + m0 * K, w, idx.data(), counts[0], fma, y1.data());
-    else if (!tiles.empty())
-      cpu::avx512::bf16_packed_tiles_rows(x + m0 * K, M, w, tiles.data(), int64_t(tiles.size()), fma,
-                                          y1.data(), pool);
+    for (int64_t t = 0; t < n_tiles; ++t) tile_start[t + 1] += tile_start[t];
+    const int64_t n_pairs = tile_start[n_tiles];
+    pair_tile.resize(static_cast<size_t>(n_pairs));
+    pair_row.resize(static_cast<size_t>(n_pairs));
+    for (int64_t r = 0; r < M; ++r)  // rows in order: each tile's rows come out increasing
+      for (int64_t i = 0, last = -1; i < counts[r]; ++i)
+        if (const int64_t t = idx[r * cap + i] / 16; t != last) {
+          const int32_t at = tile_start[t]++;
+          pair_tile[at] = int32_t(t);
+          pair_row[at] = int32_t(r);
+          last = t;
+        }
+    if (n_pairs > 0)
+      cpu::avx512::bf16_packed_pairs(x + m0 * K, M, w, pair_tile.data(), pair_row.data(), n_pairs,
+                                     bf16_dot() == Bf16Dot::kFma, y1.data(), pool);
     for (int64_t r = 0; r < M; ++r) {
-      if (counts[r] < 0) {
-        out[m0 + r] = -1;
-        continue;
-      }
-      const int32_t* ir = idx.data() + r * cap;
       const float* yr = y1.data() + r * V;
-      int64_t i = 0;  // (one row: bf16_packed_outputs_row left output ir[i] at yr[i])
-      out[m0 + r] = M == 1 ? first_max(ir, counts[r], [&](int64_t) { return yr[i++]; })
-                           : first_max(ir, counts[r], [&](int64_t n) { return yr[n]; });
+      out[m0 + r] = counts[r] < 0 ? -1 : first_max(idx.data() + r * cap, counts[r], [&](int64_t n) { return yr[n]; });
     }
-    const bool wide = double(tiles.size()) > kMaxUnionTiles * double((V + 15) / 16);
+    const bool wide = double(n_pairs) > max_finish_share(M) * double(n_tiles) * double(M);
     redo_given_up_rows(x + m0 * K, M, w, *screen.health, out + m0, pool, wide ? M : -1);
   }
 }

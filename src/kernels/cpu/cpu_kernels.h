@@ -133,18 +133,14 @@ void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float*
                         uint16_t* xb, bool fma);
 // Row stride (floats) of the fp32 activation copies the FMA form reads.
 int64_t fma_x_stride(int64_t K);
-// Row x [K] fp32 × the outputs idx[0..count) (increasing) of a kPackedAmxBf16 weight, on the
-// calling thread: out[i] = output idx[i], the same bits as matmul_bf16_packed (same fma) gives
-// for it, x converted once, each 16-output tile computed once — the greedy screen's exact finish
-// (kernels/ggml_argmax.cc).
-void bf16_packed_outputs_row(const float* x, const WeightMatrix& w, const int32_t* idx, int64_t count,
-                             bool fma, float* out);
-// Rows x [M, K] fp32 × the listed 16-output tiles tiles[0..count) of a kPackedAmxBf16 weight:
-// y[m][16t .. 16t + 15] (within n_out; y is [M, n_out]) for every listed t, the same bits as
-// matmul_bf16_packed (same fma) gives there; each tile's weights read once for all M rows (the
-// screen's joint finish of several rows' candidates). Other outputs of y are left as they are.
-void bf16_packed_tiles_rows(const float* x, int64_t M, const WeightMatrix& w, const int32_t* tiles,
-                            int64_t count, bool fma, float* y, ThreadPool& pool);
+// Rows x [M, K] fp32 × a kPackedAmxBf16 weight on the (row, tile) pairs (row[i], tile[i]),
+// i < count: y[row[i]][16·tile[i] .. +15] (within n_out; y is [M, n_out]), the same bits as
+// matmul_bf16_packed (same fma) gives there; other outputs of y are left as they are. Each pair
+// is one row against one 16-output tile, so rows needing few tiles cost only theirs; pairs in
+// tile-major order read a tile shared by several rows from cache (the greedy screen's exact
+// finish, kernels/ggml_argmax.cc). No pair may repeat.
+void bf16_packed_pairs(const float* x, int64_t M, const WeightMatrix& w, const int32_t* tile,
+                       const int32_t* row, int64_t count, bool fma, float* y, ThreadPool& pool);
 // F32, F16 and F8_E4M3 (+ block scales) weights, dequantized to fp32 in registers.
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);

@@ -131,7 +131,7 @@ inline void store_tiles(const __m512 (&acc)[MR][G], int64_t n0, int64_t N, float
 }
 
 // Where a micro-kernel's G weight tiles start: ts apart (the matmul's walk over neighbouring
-// tiles) or listed one by one (the greedy screen's candidate tiles, bf16_packed_outputs_row).
+// tiles) or listed one by one (the greedy screen's candidate tiles, bf16_packed_pairs).
 struct StridedTiles {
   const uint16_t* w;
   int64_t ts;
@@ -143,10 +143,28 @@ struct ListedTiles {
   const uint16_t* operator[](int g) const { return w[g]; }
 };
 
-template <int MR, int G, class Tiles = StridedTiles>
-void packed_bf16_tiles(const uint16_t* xb, int64_t Kp, Tiles tiles, int64_t n_kc,
-                       int64_t n0, int64_t N, float* y, int64_t ldy) {
+// Where a micro-kernel's activation rows start (T: uint16_t bf16 rows, float fp32 copies):
+// row i of the block, xs elements apart, shared by every tile (the matmul), or one row per tile
+// (MR = 1: tile g takes row x[g] — the screen's (row, tile) pairs, bf16_packed_pairs).
+template <class T>
+struct SharedRows {
+  static constexpr bool kPerTile = false;
+  const T* x;
+  int64_t xs;
+  const T* row(int i, int) const { return x + i * xs; }
+};
+template <class T, int G>
+struct RowPerTile {
+  static constexpr bool kPerTile = true;
+  const T* x[G];
+  const T* row(int, int g) const { return x[g]; }
+};
+
+template <int MR, int G, class Tiles = StridedTiles, class Rows = SharedRows<uint16_t>>
+void packed_bf16_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t N, float* y,
+                       int64_t ldy) {
   static_assert(MR * G <= 24, "accumulators");
+  static_assert(!Rows::kPerTile || MR == 1, "a row per tile: one row block");
   __m512 acc[MR][G];
   for (int i = 0; i < MR; ++i)
     for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
@@ -155,11 +173,18 @@ void packed_bf16_tiles(const uint16_t* xb, int64_t Kp, Tiles tiles, int64_t n_kc
     for (int kp = 0; kp < 16; ++kp) {
       __m512bh wv[G];
       for (int g = 0; g < G; ++g) wv[g] = (__m512bh)_mm512_loadu_si512(tiles[g] + ko + kp * 32);
+      // the pair as one 32-bit broadcast load (rows are 64-byte aligned scratch, pairs 4-aligned)
+      auto pair = [&](int i, int g) {
+        return (__m512bh)_mm512_set1_epi32(
+            *reinterpret_cast<const int32_t*>(rows.row(i, g) + kc * 32 + 2 * kp));
+      };
       for (int i = 0; i < MR; ++i) {
-        // the pair as one 32-bit broadcast load (xb is 64-byte aligned scratch, pairs 4-aligned)
-        const __m512bh xv = (__m512bh)_mm512_set1_epi32(
-            *reinterpret_cast<const int32_t*>(xb + i * Kp + kc * 32 + 2 * kp));
-        for (int g = 0; g < G; ++g) acc[i][g] = _mm512_dpbf16_ps(acc[i][g], wv[g], xv);
+        if constexpr (Rows::kPerTile) {
+          for (int g = 0; g < G; ++g) acc[i][g] = _mm512_dpbf16_ps(acc[i][g], wv[g], pair(i, g));
+        } else {
+          const __m512bh xv = pair(i, 0);
+          for (int g = 0; g < G; ++g) acc[i][g] = _mm512_dpbf16_ps(acc[i][g], wv[g], xv);
+        }
       }
     }
   }
@@ -189,16 +214,15 @@ void walk_packed_tiles(int64_t M, int64_t N, int64_t n_kc, const uint16_t* wp, i
   });
 }
 
-// Row blocks the two row dispatchers take (packed_bf16_rows: 1..6, fma_rows: 1..8; a larger
-// mr computes nothing).
-constexpr int64_t kPackedBf16MaxRows = 6, kFmaMaxRows = 8;
+// The row dispatchers: packed_bf16_rows takes mr 1..6, fma_rows 1..8 (a larger mr computes
+// nothing).
 
 template <int G>
 void packed_bf16_rows(int64_t mr, const uint16_t* xb, int64_t Kp, const uint16_t* wt, int64_t n_kc,
                       int64_t n0, int64_t N, float* y, int64_t ldy) {
   switch (mr) {
 #define DFL_PB16(r) \
-  case r: if constexpr (r * G <= 24) return packed_bf16_tiles<r, G>(xb, Kp, StridedTiles{wt, n_kc * kPackTile}, n_kc, n0, N, y, ldy); break;
+  case r: if constexpr (r * G <= 24) return packed_bf16_tiles<r, G>(SharedRows<uint16_t>{xb, Kp}, StridedTiles{wt, n_kc * kPackTile}, n_kc, n0, N, y, ldy); break;
     DFL_PB16(1) DFL_PB16(2) DFL_PB16(3) DFL_PB16(4) DFL_PB16(5) DFL_PB16(6)
 #undef DFL_PB16
     default: break;
@@ -231,17 +255,16 @@ int64_t fma_x_stride(int64_t K) { return (K + 31) / 32 * 32 + 16; }
 
 namespace {
 
-template <int MR, int G, class Tiles = StridedTiles>
-void fma_tiles(const float* xf, int64_t xs, Tiles tiles, int64_t n_kc, int64_t n0,
-               int64_t N, float* y, int64_t ldy) {
+template <int MR, int G, class Tiles = StridedTiles, class Rows = SharedRows<float>>
+void fma_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t N, float* y, int64_t ldy) {
   static_assert(MR * G + 2 * G <= 28, "accumulators + widened weights + 2 broadcasts in 32 zmm");
+  static_assert(!Rows::kPerTile || MR == 1, "a row per tile: one row block");
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   __m512 acc[MR][G];
   for (int i = 0; i < MR; ++i)
     for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
   for (int64_t kc = 0; kc < n_kc; ++kc) {
     const int64_t ko = kc * kPackTile;
-    const float* xk = xf + kc * 32;
     for (int kp = 0; kp < 16; ++kp) {
       __m512 w_even[G], w_odd[G];
       for (int g = 0; g < G; ++g) {
@@ -252,11 +275,19 @@ void fma_tiles(const float* xf, int64_t xs, Tiles tiles, int64_t n_kc, int64_t n
         w_odd[g] = _mm512_castsi512_ps(_mm512_and_si512(wv, hi_mask));
       }
       for (int i = 0; i < MR; ++i) {
-        const float* xp = xk + i * xs + 2 * kp;
-        const __m512 x_odd = _mm512_set1_ps(xp[1]), x_even = _mm512_set1_ps(xp[0]);
-        for (int g = 0; g < G; ++g) {
-          acc[i][g] = _mm512_fmadd_ps(w_odd[g], x_odd, acc[i][g]);
-          acc[i][g] = _mm512_fmadd_ps(w_even[g], x_even, acc[i][g]);
+        if constexpr (Rows::kPerTile) {
+          for (int g = 0; g < G; ++g) {
+            const float* xp = rows.row(i, g) + kc * 32 + 2 * kp;
+            acc[i][g] = _mm512_fmadd_ps(w_odd[g], _mm512_set1_ps(xp[1]), acc[i][g]);
+            acc[i][g] = _mm512_fmadd_ps(w_even[g], _mm512_set1_ps(xp[0]), acc[i][g]);
+          }
+        } else {
+          const float* xp = rows.row(i, 0) + kc * 32 + 2 * kp;
+          const __m512 x_odd = _mm512_set1_ps(xp[1]), x_even = _mm512_set1_ps(xp[0]);
+          for (int g = 0; g < G; ++g) {
+            acc[i][g] = _mm512_fmadd_ps(w_odd[g], x_odd, acc[i][g]);
+            acc[i][g] = _mm512_fmadd_ps(w_even[g], x_even, acc[i][g]);
+          }
         }
       }
     }
@@ -269,7 +300,7 @@ void fma_rows(int64_t mr, const float* xf, int64_t xs, const uint16_t* wt, int64
               int64_t n0, int64_t N, float* y, int64_t ldy) {
   switch (mr) {
 #define DFL_FMA_ROWS(r) \
-  case r: if constexpr (r * G + 2 * G <= 28) return fma_tiles<r, G>(xf, xs, StridedTiles{wt, n_kc * kPackTile}, n_kc, n0, N, y, ldy); break;
+  case r: if constexpr (r * G + 2 * G <= 28) return fma_tiles<r, G>(SharedRows<float>{xf, xs}, StridedTiles{wt, n_kc * kPackTile}, n_kc, n0, N, y, ldy); break;
     DFL_FMA_ROWS(1) DFL_FMA_ROWS(2) DFL_FMA_ROWS(3) DFL_FMA_ROWS(4)
     DFL_FMA_ROWS(5) DFL_FMA_ROWS(6) DFL_FMA_ROWS(7) DFL_FMA_ROWS(8)
 #undef DFL_FMA_ROWS
@@ -486,77 +517,51 @@ void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float*
                     });
 }
 
-void bf16_packed_outputs_row(const float* x, const WeightMatrix& w, const int32_t* idx, int64_t count,
-                             bool fma, float* out) {
-  const int64_t K = w.n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
-  thread_local std::vector<float> xf;  // one row: the bf16 form uses half of it
-  if (xf.size() < static_cast<size_t>(fma_x_stride(K))) xf.resize(static_cast<size_t>(fma_x_stride(K)));
-  uint16_t* xb = reinterpret_cast<uint16_t*>(xf.data());
-  if (fma)
-    to_bf16_fp32_rows(x, 1, K, Kp, Kp, xf.data());
-  else
-    to_bf16_rows(x, 1, K, Kp, xb);
-  // Up to kG distinct candidate tiles per micro-kernel call: one tile is a single accumulator
-  // chain (2 dependent products per k pair), kG of them run side by side for about the same
-  // time. A short last group repeats its last tile (computed, not used).
-  constexpr int kG = 8;
-  alignas(64) float tile_y[kG * 16];
-  const uint16_t* packed = static_cast<const uint16_t*>(w.packed);
-  for (int64_t i = 0; i < count;) {
-    // The next ≤ kG runs of one tile among idx[i..e), in order.
-    int64_t tiles[kG];
-    int nt = 0;
-    int64_t e = i;
-    for (; e < count; ++e) {
-      const int64_t tile = idx[e] / 16;
-      if (nt > 0 && tiles[nt - 1] == tile) continue;
-      if (nt == kG) break;
-      tiles[nt++] = tile;
-    }
-    ListedTiles<kG> lt;
-    for (int g = 0; g < kG; ++g) lt.w[g] = packed + tiles[g < nt ? g : (nt > 0 ? nt - 1 : 0)] * n_kc * kPackTile;
-    if (fma)
-      fma_tiles<1, kG>(xf.data(), Kp, lt, n_kc, 0, kG * 16, tile_y, 0);
-    else
-      packed_bf16_tiles<1, kG>(xb, Kp, lt, n_kc, 0, kG * 16, tile_y, 0);
-    for (int g = 0; i < e; ++i) {
-      if (idx[i] / 16 != tiles[g]) ++g;
-      out[i] = tile_y[g * 16 + idx[i] % 16];
-    }
-  }
-}
-
-void bf16_packed_tiles_rows(const float* x, int64_t M, const WeightMatrix& w, const int32_t* tiles,
-                            int64_t count, bool fma, float* y, ThreadPool& pool) {
+void bf16_packed_pairs(const float* x, int64_t M, const WeightMatrix& w, const int32_t* tile,
+                       const int32_t* row, int64_t count, bool fma, float* y, ThreadPool& pool) {
   const int64_t N = w.n_out, K = w.n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   const int64_t xs = fma ? fma_x_stride(K) : Kp;  // row stride of the converted rows
   thread_local std::vector<float> xbuf;  // the calling thread's; the pool reads it during the call
   const size_t need = static_cast<size_t>(fma ? M * xs : (M * Kp + 1) / 2);
   if (xbuf.size() < need) xbuf.resize(need);
   const float* xf = xbuf.data();
-  uint16_t* xb = reinterpret_cast<uint16_t*>(xbuf.data());
+  const uint16_t* xb = reinterpret_cast<const uint16_t*>(xbuf.data());
   if (fma)
     to_bf16_fp32_rows(x, M, K, Kp, xs, xbuf.data());
   else
-    to_bf16_rows(x, M, K, Kp, xb);
+    to_bf16_rows(x, M, K, Kp, reinterpret_cast<uint16_t*>(xbuf.data()));
   const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
-  const int64_t mr_max = fma ? kFmaMaxRows : kPackedBf16MaxRows;
+  // kG pairs per micro-kernel call: a pair is a single accumulator chain (2 dependent products
+  // per k pair), kG of them run side by side for about the same time. A short last group
+  // repeats its last pair (computed, not stored).
+  constexpr int kG = 8;
   pool.parallel_for(
-      count,
-      [&](int64_t i0, int64_t i1, int) {
-        for (int64_t i = i0; i < i1; ++i) {
-          const uint16_t* wt = wp + int64_t(tiles[i]) * n_kc * kPackTile;
-          const int64_t n0 = 16 * int64_t(tiles[i]);
-          for (int64_t m0 = 0; m0 < M; m0 += mr_max) {
-            const int64_t mr = imin(mr_max, M - m0);
-            if (fma)
-              fma_rows<1>(mr, xf + m0 * xs, xs, wt, n_kc, n0, N, y + m0 * N, N);
-            else
-              packed_bf16_rows<1>(mr, xb + m0 * Kp, Kp, wt, n_kc, n0, N, y + m0 * N, N);
+      (count + kG - 1) / kG,
+      [&](int64_t g0, int64_t g1, int) {
+        alignas(64) float tile_y[kG * 16];
+        for (int64_t gi = g0; gi < g1; ++gi) {
+          const int64_t i0 = gi * kG, n = imin(kG, count - i0);
+          ListedTiles<kG> lt;
+          RowPerTile<float, kG> rf;
+          RowPerTile<uint16_t, kG> rb;
+          for (int g = 0; g < kG; ++g) {
+            const int64_t i = i0 + imin(g, n - 1);
+            lt.w[g] = wp + int64_t(tile[i]) * n_kc * kPackTile;
+            rf.x[g] = xf + int64_t(row[i]) * xs;
+            rb.x[g] = xb + int64_t(row[i]) * Kp;
+          }
+          if (fma)
+            fma_tiles<1, kG>(rf, lt, n_kc, 0, kG * 16, tile_y, 0);
+          else
+            packed_bf16_tiles<1, kG>(rb, lt, n_kc, 0, kG * 16, tile_y, 0);
+          for (int64_t g = 0; g < n; ++g) {
+            const int64_t n0 = 16 * int64_t(tile[i0 + g]);
+            std::memcpy(y + int64_t(row[i0 + g]) * N + n0, tile_y + 16 * g,
+                        sizeof(float) * size_t(imin(16, N - n0)));
           }
         }
       },
-      4);
+      1);
 }
 
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
