@@ -26,7 +26,9 @@
 // read as ŵ = d·(4h + 1.5), so w − ŵ = d·(l − 1.5) =: e with |e| ≤ 1.5·d (measured on Gemma-3-
 // 270M's head: ||e_n|| ≈ 2.5 % of ||w_n||, at most 5.5 %). The plane kernel
 // (cpu/argmax_plane_avx512.cc) computes ŷ1 = fl(Σ ŵ·x̂1) (x̂1 = d1·q1) with |ŷ1 − Σ ŵ·x̂1| ≤
-// γ_p·||ŵ||·||x̂1|| (one fma per block into one accumulator: γ_p = (nb + 2)·2⁻²³), so against
+// γ_p·||ŵ||·||x̂1|| (plane_gamma: per block t = fl(4dx·Σh·q1 + c), c = fl(1.5·dx·Σq1), then one
+// fma of d·t into one accumulator — c's rounding is at most 3·2⁻²⁴·||ŵ_b||·||x̂1_b|| since every
+// |ŵ| ≥ d/2 — so γ_p = (nb + 5)·2⁻²³), so against
 // the kernel's y1 (|y1 − Σ w·x̂1| ≤ γ·||w||·||x̂1||, γ as above)
 //   |y1_n − ŷ1_n| ≤ P_n·X1,   P_n = (||e_n|| + γ·||w_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) (plane_bound),
 //   X1 ≥ ||x̂1||₂,
@@ -230,6 +232,9 @@ ArgmaxStats argmax_stats() {
 
 namespace {
 
+// γ_p of the plane kernel's fp32 evaluation over nb blocks (top comment).
+double plane_gamma(int64_t nb) { return double(nb + 5) * 0x1p-23; }
+
 // Output o's 32 values u = h + 32 (6 bits) and fp16 scale of one plane block bp (layout: top
 // comment); bp starts zeroed (the high-bit bytes are or-ed in).
 void pack_plane_output(uint8_t* bp, int o, const uint8_t u[32], uint16_t d16) {
@@ -249,7 +254,7 @@ void build_plane(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPoo
   const int64_t K = w.n_in, nb = K / 32, V = w.n_out, tiles = (V + 15) / 16;
   auto plane = std::make_shared<HugeArray<uint8_t>>(size_t(tiles * nb * cpu::kQ8PlaneBlockBytes));
   s.plane_bound.assign(size_t(V), 0.0f);
-  const double gamma_p = double(nb + 2) * 0x1p-23;
+  const double gamma_p = plane_gamma(nb);
   uint8_t* out = plane->data();
   auto run = [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -294,7 +299,7 @@ bool build_plane_bf16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) 
   const int64_t K = w.n_in, nb = K / 32, V = w.n_out, tiles = (V + 15) / 16;
   auto plane = std::make_shared<HugeArray<uint8_t>>(size_t(tiles * nb * cpu::kQ8PlaneBlockBytes));
   s.plane_bound.assign(size_t(V), 0.0f);
-  const double gamma_p = double(nb + 2) * 0x1p-23;
+  const double gamma_p = plane_gamma(nb);
   const uint16_t* wb = static_cast<const uint16_t*>(w.data);
   uint8_t* out = plane->data();
   std::atomic<bool> ok{true};
@@ -347,14 +352,20 @@ bool build_plane_bf16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) 
 void plane_matmul(const cpu::GgmlAct& a, int64_t M, const ArgmaxScreen& s, int64_t V, float* y,
                   ThreadPool& pool) {
   const int64_t nb = a.K / 32;
-  // u = h + 32: Σ ŵ·x̂ = d·dx·(4·Σu·q − 126.5·Σq) = (8·Σu·q − 253·Σq)·(d·dx·½)
-  const cpu::Q32Panel p = cpu::q32_panel(a, M, -253, 0.5f);
+  // u = h + 32: Σ ŵ·x̂ = d·dx·(4·Σh·q + 1.5·Σq), Σh·q = Σu·q − 32·Σq (the chains' start)
+  const cpu::Q32Panel p = cpu::q32_panel(a, M, -32, 4.0f);
+  thread_local std::vector<float> cs;
+  if (cs.size() < size_t(M * nb)) cs.resize(size_t(M * nb));
+  for (int64_t b = 0; b < nb; ++b)  // c = fl(1.5·dx·Σq): the product is exact in double
+    for (int64_t m = 0; m < M; ++m)
+      cs[size_t(b * M + m)] = float(1.5 * double(a.d[m * nb + b]) * double(a.s32[m * nb + b]));
   const int8_t* q = p.q;
   const int32_t* nc = p.nc;
-  const float* dx = p.dx;
+  const float* dx4 = p.dx;
+  const float* c = cs.data();
   const uint8_t* plane = s.plane->data();
-  pool.parallel_for((V + 15) / 16, [&, q, nc, dx, plane](int64_t t0, int64_t t1, int) {
-    cpu::avx512::q8_0_plane_tiles(q, nc, dx, M, plane, nb, V, y, t0, t1);
+  pool.parallel_for((V + 15) / 16, [&, q, nc, dx4, c, plane](int64_t t0, int64_t t1, int) {
+    cpu::avx512::q8_0_plane_tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
   });
 }
 

@@ -1,9 +1,11 @@
 // The greedy-pick screen of a Q8_0 head on its 6-bit plane (kernels/ggml_argmax.cc has the math
 // and the layout, ops.h kQ8PlaneBlockBytes): ŷ1 = the q1 half of the activations times the plane
 // weights d·(4·(q >> 2) + 1.5), 16 outputs per lane group, rows from a block-major panel.
-// Per (row, block) the exact integer I = 8·Σ u·q1 − 253·Σ q1 (u = (q >> 2) + 32) is scaled by
-// fl(d_w·dx)·0.5 and fma-added into one accumulator per output: the screen only bounds, so this
-// order needs no match with any other kernel (its rounding is in the screen's γ_plane).
+// Per (row, block) the exact integer Σ h·q1 (h = u − 32 = q >> 2: the dot chain starts from
+// −32·Σ q1) gives the block's Σ ŵ·x̂1 / d_w = dx·(4·Σ h·q1 + 1.5·Σ q1) as one fma with the row's
+// 4·dx and c = fl(1.5·dx·Σ q1), then d_w times it is fma-added into one accumulator per output
+// (3 vector steps per row and block): the screen only bounds, so this order needs no match with
+// any other kernel (its rounding is in the screen's γ_p).
 #include <immintrin.h>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -38,11 +40,13 @@ inline void unpack_plane(const uint8_t* bp, __m512i u[8]) {
 // 15 % at M = 1 in their extra adds).
 template <int MR>
 inline void plane_rows(const __m512i u[8], __m512 d, const int8_t* xq, const int32_t* nc,
-                       const float* dxh, float* acc /* [MR][16] */) {
+                       const float* dx4, const float* c, float* acc /* [MR][16] */) {
   constexpr int C = MR == 1 ? 1 : kDotChains<MR>;
   __m512i dot[MR][C];
-  for (int r = 0; r < MR; ++r)
-    for (int c = 0; c < C; ++c) dot[r][c] = _mm512_setzero_si512();
+  for (int r = 0; r < MR; ++r) {
+    dot[r][0] = _mm512_set1_epi32(nc[r]);
+    for (int k = 1; k < C; ++k) dot[r][k] = _mm512_setzero_si512();
+  }
 #pragma GCC unroll 8
   for (int v = 0; v < 8; ++v) {
     const int e = 16 * (v % 2) + 4 * (v / 2);
@@ -51,17 +55,16 @@ inline void plane_rows(const __m512i u[8], __m512 d, const int8_t* xq, const int
   }
   for (int r = 0; r < MR; ++r) {
     for (int w = C / 2; w >= 1; w /= 2)
-      for (int c = 0; c < w; ++c) dot[r][c] = _mm512_add_epi32(dot[r][c], dot[r][c + w]);
-    const __m512i I = _mm512_add_epi32(_mm512_slli_epi32(dot[r][0], 3), _mm512_set1_epi32(nc[r]));
+      for (int k = 0; k < w; ++k) dot[r][k] = _mm512_add_epi32(dot[r][k], dot[r][k + w]);
+    const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][0]), _mm512_set1_ps(dx4[r]), _mm512_set1_ps(c[r]));
     float* ap = acc + 16 * r;
-    _mm512_storeu_ps(ap, _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(d, _mm512_set1_ps(dxh[r])),
-                                         _mm512_loadu_ps(ap)));
+    _mm512_storeu_ps(ap, _mm512_fmadd_ps(d, t, _mm512_loadu_ps(ap)));
   }
 }
 
 }  // namespace
 
-void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dxh, int64_t M,
+void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dx4, const float* c, int64_t M,
                       const uint8_t* plane, int64_t nb, int64_t n_out, float* y, int64_t t0,
                       int64_t t1) {
   alignas(64) float acc[kGgmlRowChunk * 16];
@@ -77,15 +80,16 @@ void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dxh, int6
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 384)));
       const int8_t* xq = q + b * M * 32;
       const int32_t* ncb = nc + b * M;
-      const float* dxb = dxh + b * M;
+      const float* dxb = dx4 + b * M;
+      const float* cb = c + b * M;
       for (int64_t m0 = 0; m0 < M;) {
         if (M - m0 >= 16) {
-          plane_rows<16>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0);
+          plane_rows<16>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, cb + m0, acc + 16 * m0);
           m0 += 16;
           continue;
         }
         with_rows(M - m0, [&](auto R) {
-          plane_rows<R.value>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, acc + 16 * m0);
+          plane_rows<R.value>(u, d, xq + 32 * m0, ncb + m0, dxb + m0, cb + m0, acc + 16 * m0);
         });
         m0 += 8;
       }

@@ -97,9 +97,9 @@ int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, floa
 float q8_0_row_dot(const uint8_t* row, const int8_t* q, const float* dx, int64_t nb);
 // The screen's ŷ1 on the 6-bit plane of a Q8_0 head (kernels/ggml_argmax.cc, the plane layout
 // there): y [M, n_out] for the 16-output tiles [t0, t1), from M ≤ kGgmlRowChunk int8 rows
-// given block-major: q [nb][M][32], nc [nb][M] = −253·(Σ of the block's 32 q), dxh [nb][M] =
-// the block scale · 0.5.
-void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dxh, int64_t M,
+// given block-major: q [nb][M][32], nc [nb][M] = −32·(Σ of the block's 32 q), dx4 [nb][M] = the
+// block scale · 4, c [nb][M] = fl(1.5 · the block scale · Σ q).
+void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dx4, const float* c, int64_t M,
                       const uint8_t* plane, int64_t nb, int64_t n_out, float* y, int64_t t0,
                       int64_t t1);
 // GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
