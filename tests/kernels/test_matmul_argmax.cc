@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -402,6 +403,58 @@ TEST(MatmulArgmax, Bf16HeadRowsWhosePlaneLeansTheWrongWayAreFinishedExactly) {
 
 // A BF16 head whose rows all tie (x = 0: every logit 0) or whose x is not finite: the screen
 // gives those rows up (every output a candidate / a non-finite ŷ1), the logits decide.
+// The screen's exact finish (cpu::avx512::bf16_packed_pairs) against the packed matmul itself:
+// on each listed (row, tile) pair the same bits, in both product forms (vdpbf16ps and its FMA
+// form), and every other output left as it was. Pairs in tile-major order with tiles several
+// rows share, a row with many tiles, the partial last tile (N = 1003), and a count that leaves
+// a short last group of the micro-kernel's 8.
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(MatmulArgmax, Bf16PackedPairsEqualTheMatmulOnTheirTiles) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "the packed BF16 kernel runs on AVX-512";
+  ThreadPool pool(2);
+  constexpr int64_t N = 1003, K = 640, M = 5, kTiles = (N + 15) / 16;
+  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 25, 0.5f), N, K, pool);
+  const WeightMatrix& w = h.packed.matrix();
+  ASSERT_EQ(w.packed_format, kPackedAmxBf16) << "the construction: packed for the AVX-512 kernel";
+  const auto x = test::randn(size_t(M * K), 26);
+  std::vector<int32_t> tile, row;
+  for (int64_t t = 0; t < kTiles; ++t)
+    for (int64_t r = 0; r < M; ++r)
+      if (t == kTiles - 1 || (r == 3 && t % 3 == 0) || (t % 17 == 5 && r % 2 == 0) || t == 2 * r + 1) {
+        tile.push_back(int32_t(t));
+        row.push_back(int32_t(r));
+      }
+  ASSERT_NE(tile.size() % 8, 0u) << "the construction: a short last group";
+  const float kUntouched = -12345.0f;
+  for (bool fma : {false, true}) {
+    std::vector<float> want(size_t(M * N)), got(size_t(M * N), kUntouched);
+    std::vector<float> xb(size_t(M * cpu::avx512::fma_x_stride(K)));
+    cpu::avx512::matmul_bf16_packed(x.data(), M, w, want.data(), pool,
+                                    reinterpret_cast<uint16_t*>(xb.data()), fma);
+    cpu::avx512::bf16_packed_pairs(x.data(), M, w, tile.data(), row.data(), int64_t(tile.size()), fma,
+                                   got.data(), pool);
+    std::vector<bool> listed(size_t(M * N), false);
+    for (size_t i = 0; i < tile.size(); ++i)
+      for (int64_t n = 16 * tile[i]; n < std::min(N, 16 * int64_t(tile[i]) + 16); ++n)
+        listed[size_t(row[i] * N + n)] = true;
+    int64_t n_listed = 0;
+    for (int64_t i = 0; i < M * N; ++i) {
+      n_listed += listed[size_t(i)];
+      if (listed[size_t(i)])
+        ASSERT_EQ(float_bits(got[size_t(i)]), float_bits(want[size_t(i)]))
+            << (fma ? "fma" : "vdpbf16ps") << " row " << i / N << " output " << i % N;
+      else
+        ASSERT_EQ(got[size_t(i)], kUntouched) << "row " << i / N << " output " << i % N;
+    }
+    EXPECT_GT(n_listed, 16 * M) << "the construction";
+  }
+}
+
 TEST(MatmulArgmax, Bf16HeadTiedAndNonFiniteRowsAreComputedInFull) {
   if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
   ThreadPool pool(2);
