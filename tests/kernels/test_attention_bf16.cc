@@ -189,26 +189,32 @@ TEST(AttentionBf16Kv, EqualsFp32OverRoundedValuesOnEveryPath) {
 
 // Decode rows one at a time == the rows of one verify block (and any thread count), over a long
 // bf16 cache in the engine's page-16 block-table style: the batch invariance lossless needs.
+// Also a Gemma-3-270M group (4 heads on 1 kv head, d 256): a decode row there is one task, which
+// pools of 2 and 3 threads split into head chunks.
 TEST(AttentionBf16Kv, VerifyBlockRowsEqualSingleRowDecodes) {
-  ThreadPool p1(1), p3(3);
-  const Case c{8, 2, 64, 32};
+  ThreadPool p1(1), p2(2), p3(3);
+  const Case cases[] = {{8, 2, 64, 32}, {4, 1, 256, 256}};
   const int64_t n_kv = 1000, n_q = 16;
-  for (const PathConfig& path : attention_paths()) {
-    PathScope scope(path);
-    Data d = make_data(c, n_q, n_kv, 42, false);
-    Bf16Cache pc;
-    paginate_bf16(c, d, n_kv, 16, 9, pc);
-    const AttnParams p = params(c, Window{-1, 0}, d, true);
-    const int64_t row = c.n_heads * c.d_v;
-    std::vector<float> block(n_q * row, NAN);
-    ops::attention(d.q.data(), d.q_pos.data(), n_q, pc.kv, p, block.data(), p3);
-    for (int64_t i = 0; i < n_q; ++i) {
-      std::vector<float> one(row, NAN);
-      ops::attention(d.q.data() + i * c.n_heads * c.d_qk, d.q_pos.data() + i, 1, pc.kv, p,
-                     one.data(), p1);
-      ASSERT_EQ(0, std::memcmp(one.data(), block.data() + i * row, row * 4)) << path.name << " row " << i;
+  for (const Case& c : cases)
+    for (const PathConfig& path : attention_paths()) {
+      PathScope scope(path);
+      Data d = make_data(c, n_q, n_kv, 42, false);
+      Bf16Cache pc;
+      paginate_bf16(c, d, n_kv, 16, 9, pc);
+      const AttnParams p = params(c, Window{-1, 0}, d, true);
+      const int64_t row = c.n_heads * c.d_v;
+      std::vector<float> block(n_q * row, NAN);
+      ops::attention(d.q.data(), d.q_pos.data(), n_q, pc.kv, p, block.data(), p3);
+      for (int64_t i = 0; i < n_q; ++i)
+        for (ThreadPool* pool : {&p1, &p2, &p3}) {
+          std::vector<float> one(row, NAN);
+          ops::attention(d.q.data() + i * c.n_heads * c.d_qk, d.q_pos.data() + i, 1, pc.kv, p,
+                         one.data(), *pool);
+          ASSERT_EQ(0, std::memcmp(one.data(), block.data() + i * row, row * 4))
+              << path.name << " heads " << c.n_heads << "/" << c.n_kv_heads << " row " << i
+              << " threads " << pool->n_threads();
+        }
     }
-  }
 }
 
 }  // namespace

@@ -195,8 +195,16 @@ struct TileScratch {
 };
 
 // Heads per tile (a divisor-free chunk of the group) and queries per tile.
-int64_t tile_heads(const AttnParams& p) {
-  return imin(p.n_heads / p.n_kv_heads, kMaxRows);
+// The whole group (up to kMaxRows heads), or a share of it when the call has fewer (query tile,
+// kv head) tasks than threads — one query over one kv head (Gemma-3-270M's decode: 4 heads, 1
+// kv head) was a single task on one thread while the others waited; the chunks re-read the kv
+// head's K/V (from cache), and a row's arithmetic does not depend on its tile.
+int64_t tile_heads(const AttnParams& p, int64_t n_qtiles, int n_threads) {
+  const int64_t G = p.n_heads / p.n_kv_heads, whole = imin(G, kMaxRows);
+  const int64_t tasks = n_qtiles * p.n_kv_heads;
+  if (tasks >= n_threads) return whole;
+  const int64_t chunks = (n_threads + tasks - 1) / tasks;  // per (query tile, kv head)
+  return imin(whole, (G + chunks - 1) / chunks);
 }
 // A verify-sized call (all queries × the group fit one tile of ≤ kMaxRows rows) takes its queries
 // in as few tiles per kv head as keep every thread busy (about 2 tasks per thread), so each
@@ -387,8 +395,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   const int64_t n_kv = kvp.n_slots;
   const int32_t G = p.n_heads / p.n_kv_heads;
   const int64_t per_thread = scratch_floats_per_thread(p);
-  const int64_t tq = tile_queries(p, n_q, pool.n_threads()), th = tile_heads(p);
-  const int64_t n_qtiles = (n_q + tq - 1) / tq, n_htiles = (G + th - 1) / th;
+  const int64_t tq = tile_queries(p, n_q, pool.n_threads()), n_qtiles = (n_q + tq - 1) / tq;
+  const int64_t th = tile_heads(p, n_qtiles, pool.n_threads()), n_htiles = (G + th - 1) / th;
   const int nt = pool.n_threads();
   // Runs (query tile, head chunk, kv head) tasks for kv heads [h_begin, h_end); the threads claim
   // chunks of consecutive tasks (query-tile-major) dynamically, so causal work stays balanced and
