@@ -145,6 +145,33 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
   }
 }
 
+void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, int n, ThreadPool& pool_in) {
+  constexpr int kMaxJoint = 4;
+  bool joint = n >= 2 && n <= kMaxJoint && n_rows > 0 && cpu_isa() == IsaLevel::kAvx512 && !amx_usable();
+  int64_t work = 0;
+  for (int i = 0; i < n && joint; ++i) {
+    const WeightMatrix& w = *outs[i].w;
+    joint = w.packed_format == kPackedAmxBf16 && w.n_in == outs[0].w->n_in && w.n_in > 0 && w.n_out > 0;
+    work += n_rows * w.n_out * w.n_in;
+  }
+  if (!joint) {
+    for (int i = 0; i < n; ++i) matmul(x, n_rows, *outs[i].w, outs[i].y, pool_in);
+    return;
+  }
+  ThreadPool& pool = pool_for(pool_in, work);
+  const WeightMatrix* ws[kMaxJoint];
+  float* ys[kMaxJoint];
+  for (int i = 0; i < n; ++i) {
+    ws[i] = outs[i].w;
+    ys[i] = outs[i].y;
+  }
+  thread_local std::vector<uint16_t> xb;
+  const bool fma = ops::g_bf16_dot == Bf16Dot::kFma;
+  const int64_t K = ws[0]->n_in;
+  const int64_t len = fma ? 2 * n_rows * cpu::avx512::fma_x_stride(K) : n_rows * ((K + 31) / 32 * 32);
+  cpu::avx512::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool, scratch(xb, static_cast<size_t>(len)), fma);
+}
+
 static void rms_norm_portable(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * dim;

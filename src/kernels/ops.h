@@ -208,6 +208,15 @@ namespace ops {
 // Batch invariant: row m's result is bit-identical for any n_rows and thread count (on one ISA
 // level; cpu_isa() picks the level once per process).
 void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool);
+// Several weights of one input (a layer's q, k, v; gate and up): y = x · Wᵀ for each (w, y) of
+// outs[0..n), the same bits as matmul() on each. Where they share the AVX-512 packed bf16 layout
+// (no AMX) and n_in, x is converted once and all their tiles run as one pool job (one wait
+// instead of n); otherwise one matmul after another.
+struct MatmulOut {
+  const WeightMatrix* w;
+  float* y;
+};
+void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, int n, ThreadPool& pool);
 
 // y[m, :] = x[m, :] / sqrt(mean(x[m, :]²) + eps) ⊙ w     x, y: [n_rows, dim]   w: [dim] fp32
 // (in place allowed: y == x)

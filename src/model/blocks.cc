@@ -165,12 +165,14 @@ void project_qkv(const AttnWeights& w, const LayerSpec& s, const float* a, int32
     ops::matmul(a, n, w.k, k_out, pool);
     ops::matmul(a, n, w.v, v_out, pool);
   } else {
-    if (q_out) ops::matmul(a, n, w.q, q_out, pool);  // [n, nh·hd]
-    ops::matmul(a, n, w.k, k_out, pool);              // [n, nkv·hd]
-    if (w.v_from_k)
-      std::copy_n(k_out, size_t(n) * nk, v_out);      // k_eq_v (nv == nk): V before the k norm
-    else
-      ops::matmul(a, n, w.v, v_out, pool);            // [n, nkv·vd]
+    // q [n, nh·hd] (when asked), k [n, nkv·hd], v [n, nkv·vd] (unless k_eq_v): one input
+    ops::MatmulOut outs[3];
+    int n_outs = 0;
+    if (q_out) outs[n_outs++] = {&w.q, q_out};
+    outs[n_outs++] = {&w.k, k_out};
+    if (!w.v_from_k) outs[n_outs++] = {&w.v, v_out};
+    ops::matmul_same_input(a, n, outs, n_outs, pool);
+    if (w.v_from_k) std::copy_n(k_out, size_t(n) * nk, v_out);  // k_eq_v (nv == nk): V before the k norm
   }
   if (q_out) {
     if (!w.q_norm.empty())
@@ -266,8 +268,8 @@ void ffn_sublayer(const FfnWeights& w, const ModelConfig& cfg, float* x, int32_t
     const int64_t I = w.gate.n_out;
     float* g = Scratch::ensure(sc.g, size_t(R) * I);
     float* u = Scratch::ensure(sc.u, size_t(R) * I);
-    ops::matmul(a, R, w.gate, g, pool);  // [R, I]
-    ops::matmul(a, R, w.up, u, pool);    // [R, I]
+    const ops::MatmulOut gate_up[2] = {{&w.gate, g}, {&w.up, u}};  // [R, I] each
+    ops::matmul_same_input(a, R, gate_up, 2, pool);
     if (w.kind == FfnKind::kGeGLU)
       ops::gelu_tanh_mul(g, u, int64_t(R) * I, g, &pool);
     else

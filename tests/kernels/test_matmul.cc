@@ -277,6 +277,47 @@ TEST(Matmul, PackedBf16FmaIsVdpbf16psOnIntel) {
   }
 }
 
+// ops::matmul_same_input (a layer's q, k, v or gate and up): each output bit-identical to its own
+// ops::matmul, on every path — packed BF16 weights of one input run as one pool job on AVX-512
+// without AMX (both product forms there), and a group that mixes formats or inputs falls back to
+// one matmul after another. Shapes with partial tiles and partial tile groups.
+TEST(Matmul, SameInputMatmulsEqualOneByOne) {
+  ThreadPool pool(2);
+  const Bf16Dot dot_before = bf16_dot();
+  for (const test::PathConfig& path : test::matmul_paths()) {
+    test::PathScope scope(path);
+    constexpr int64_t K = 333;
+    TestWeight a, b, c, f;
+    make_weight(a, Fmt::kBF16Pack, 200, K, 1);
+    make_weight(b, Fmt::kBF16Pack, 67, K, 2);
+    make_weight(c, Fmt::kBF16Pack, 1003, K, 3);
+    make_weight(f, Fmt::kF32, 40, K, 4);
+    for (Bf16Dot dot : {Bf16Dot::kDpbf16, Bf16Dot::kFma}) {
+      set_bf16_dot(dot);
+      for (int64_t M : {1, 3, 16, 17}) {
+        const auto x = randn(M * K, static_cast<uint32_t>(M + 5));
+        for (const std::vector<const TestWeight*>& group :
+             {std::vector<const TestWeight*>{&a, &b}, {&a, &b, &c}, {&c, &a, &b, &c}, {&a, &f}}) {
+          std::vector<std::vector<float>> want, got;
+          std::vector<ops::MatmulOut> outs;
+          for (const TestWeight* t : group) {
+            want.emplace_back(size_t(M * t->w.n_out));
+            got.emplace_back(size_t(M * t->w.n_out), -7.0f);
+            ops::matmul(x.data(), M, t->w, want.back().data(), pool);
+          }
+          for (size_t i = 0; i < group.size(); ++i) outs.push_back({&group[i]->w, got[i].data()});
+          ops::matmul_same_input(x.data(), M, outs.data(), int(outs.size()), pool);
+          for (size_t i = 0; i < group.size(); ++i)
+            ASSERT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * 4))
+                << path.name << " dot " << int(dot) << " M=" << M << " group of " << group.size()
+                << " weight " << i;
+        }
+      }
+    }
+  }
+  set_bf16_dot(dot_before);
+}
+
 TEST(Matmul, Q8ErrorVsBf16IsSmall) {
   ThreadPool pool(2);
   const int64_t M = 8, N = 96, K = 1000;

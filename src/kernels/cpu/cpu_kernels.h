@@ -131,6 +131,10 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
 // xb then holds M * fma_x_stride(K) floats).
 void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                         uint16_t* xb, bool fma);
+// The same for 1..4 such weights of one input (equal n_in): ys[i] gets exactly what
+// matmul_bf16_packed gives for ws[i]; x is converted once and all their tiles run as one pool job.
+void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
+                             int n, ThreadPool& pool, uint16_t* xb, bool fma);
 // Row stride (floats) of the fp32 activation copies the FMA form reads.
 int64_t fma_x_stride(int64_t K);
 // Rows x [M, K] fp32 × a kPackedAmxBf16 weight on the (row, tile) pairs (row[i], tile[i]),

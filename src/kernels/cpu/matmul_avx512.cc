@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace dfl::cpu::avx512 {
@@ -192,23 +193,36 @@ void packed_bf16_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t
 }
 
 // Both packed-layout drivers walk the same grid: the tiles in groups of G (the last, partial
-// group one tile at a time) on the pool, the rows in blocks of MR; rows(g, mr, m0, wt, n0) runs
-// one micro-kernel of g tiles (G or 1) from tile pointer wt / output n0 over rows m0..m0+mr-1.
+// group one tile at a time) on the pool, the rows in blocks of MR; rows(part, g, mr, m0, wt, n0)
+// runs one micro-kernel of g tiles (G or 1) of weight `part` from tile pointer wt / output n0
+// over rows m0..m0+mr-1. Several weights of one input (PackedPart: same K) are one pool job,
+// their groups one after the other.
+struct PackedPart {
+  const uint16_t* wp;  // the packed tiles
+  int64_t N;           // outputs
+  float* y;            // [M, N]
+};
 template <class Rows>
-void walk_packed_tiles(int64_t M, int64_t N, int64_t n_kc, const uint16_t* wp, int G, int64_t MR,
+void walk_packed_tiles(int64_t M, const PackedPart* parts, int n_parts, int64_t n_kc, int G, int64_t MR,
                        ThreadPool& pool, Rows&& rows) {
-  const int64_t n_tiles = (N + 15) / 16, n_groups = (n_tiles + G - 1) / G;
+  auto groups_of = [G](int64_t N) { return ((N + 15) / 16 + G - 1) / G; };
+  int64_t n_groups = 0;
+  for (int i = 0; i < n_parts; ++i) n_groups += groups_of(parts[i].N);
   pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1, int) {
+    int part = 0;
+    int64_t first = 0;  // the global index of part's first group
     for (int64_t gi = g0; gi < g1; ++gi) {
-      const int64_t t0 = gi * G, nt = imin(G, n_tiles - t0);
+      while (gi >= first + groups_of(parts[part].N)) first += groups_of(parts[part++].N);
+      const PackedPart& pp = parts[part];
+      const int64_t n_tiles = (pp.N + 15) / 16, t0 = (gi - first) * G, nt = imin(G, n_tiles - t0);
       for (int64_t m0 = 0; m0 < M; m0 += MR) {
         const int64_t mr = imin(MR, M - m0);
         if (nt == G) {
-          rows(G, mr, m0, wp + t0 * n_kc * kPackTile, t0 * 16);
+          rows(pp, G, mr, m0, pp.wp + t0 * n_kc * kPackTile, t0 * 16);
           continue;
         }
         for (int64_t t = 0; t < nt; ++t)
-          rows(1, mr, m0, wp + (t0 + t) * n_kc * kPackTile, (t0 + t) * 16);
+          rows(pp, 1, mr, m0, pp.wp + (t0 + t) * n_kc * kPackTile, (t0 + t) * 16);
       }
     }
   });
@@ -308,22 +322,21 @@ void fma_rows(int64_t mr, const float* xf, int64_t xs, const uint16_t* wt, int64
   }
 }
 
-void matmul_bf16_packed_fma(const float* x, int64_t M, const WeightMatrix& w, float* y,
+void matmul_bf16_packed_fma(const float* x, int64_t M, const PackedPart* parts, int n_parts, int64_t K,
                             ThreadPool& pool, float* xf) {
-  const int64_t N = w.n_out, K = w.n_in;
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   const int64_t xs = fma_x_stride(K);
   to_bf16_fp32_rows(x, M, K, Kp, xs, xf);
-  const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
   // Tiles per group by M (MR·G + 2G ≤ 28): more weight streams for few rows, rows in blocks of
   // ≤ 8 beyond 4 (Emerald Rapids, 2 threads, M = 16: 3072×1024 in 362 µs = 139 GMAC/s, 8 rows ×
   // 2 tiles; 16 rows × 1 tile 428 µs). Only who computes what, never the arithmetic.
   const int G = M <= 1 ? 8 : M <= 2 ? 6 : M <= 4 ? 4 : 2;
   const int64_t MR = G == 8 ? 1 : G == 6 ? 2 : G == 4 ? 4 : 8;
-  walk_packed_tiles(M, N, n_kc, wp, G, MR, pool,
-                    [&](int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0) {
+  walk_packed_tiles(M, parts, n_parts, n_kc, G, MR, pool,
+                    [&](const PackedPart& pp, int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0) {
+                      const int64_t N = pp.N;
                       const float* xr = xf + m0 * xs;
-                      float* yr = y + m0 * N;
+                      float* yr = pp.y + m0 * N;
                       switch (g) {
                         case 8: return fma_rows<8>(mr, xr, xs, wt, n_kc, n0, N, yr, N);
                         case 6: return fma_rows<6>(mr, xr, xs, wt, n_kc, n0, N, yr, N);
@@ -493,21 +506,28 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
       8);
 }
 
-void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
-                        uint16_t* xb, bool fma) {
-  if (fma) return matmul_bf16_packed_fma(x, M, w, y, pool, reinterpret_cast<float*>(xb));
-  const int64_t N = w.n_out, K = w.n_in;
+void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
+                             int n, ThreadPool& pool, uint16_t* xb, bool fma) {
+  constexpr int kMaxParts = 4;
+  DFL_CHECK(n >= 1 && n <= kMaxParts, "matmul_bf16_packed_many: 1..", kMaxParts, " weights, got ", n);
+  const int64_t K = ws[0]->n_in;
+  PackedPart parts[kMaxParts];
+  for (int i = 0; i < n; ++i) {
+    DFL_CHECK(ws[i]->n_in == K, "matmul_bf16_packed_many: the weights' inputs differ");
+    parts[i] = PackedPart{static_cast<const uint16_t*>(ws[i]->packed), ws[i]->n_out, ys[i]};
+  }
+  if (fma) return matmul_bf16_packed_fma(x, M, parts, n, K, pool, reinterpret_cast<float*>(xb));
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   to_bf16_rows(x, M, K, Kp, xb);
-  const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
   // Tiles per micro-kernel by M (MR·G ≤ 24; rows in blocks of ≤ 6): more weight streams for few
   // rows. The grouping only decides who computes what, never the arithmetic.
   const int G = M <= 3 ? 8 : M <= 4 ? 6 : 4;
   const int64_t MRmax = G == 8 ? 3 : G == 6 ? 4 : 6;
-  walk_packed_tiles(M, N, n_kc, wp, G, MRmax, pool,
-                    [&](int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0) {
+  walk_packed_tiles(M, parts, n, n_kc, G, MRmax, pool,
+                    [&](const PackedPart& pp, int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0) {
+                      const int64_t N = pp.N;
                       const uint16_t* xr = xb + m0 * Kp;
-                      float* yr = y + m0 * N;
+                      float* yr = pp.y + m0 * N;
                       switch (g) {
                         case 8: return packed_bf16_rows<8>(mr, xr, Kp, wt, n_kc, n0, N, yr, N);
                         case 6: return packed_bf16_rows<6>(mr, xr, Kp, wt, n_kc, n0, N, yr, N);
@@ -515,6 +535,13 @@ void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float*
                         default: return packed_bf16_rows<1>(mr, xr, Kp, wt, n_kc, n0, N, yr, N);
                       }
                     });
+}
+
+void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
+                        uint16_t* xb, bool fma) {
+  const WeightMatrix* ws[1] = {&w};
+  float* ys[1] = {y};
+  matmul_bf16_packed_many(x, M, ws, ys, 1, pool, xb, fma);
 }
 
 void bf16_packed_pairs(const float* x, int64_t M, const WeightMatrix& w, const int32_t* tile,
