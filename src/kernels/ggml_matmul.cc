@@ -363,6 +363,41 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   }
 }
 
+bool matmul_ggml_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, int n,
+                            ThreadPool& pool, IsaLevel isa) {
+  if (g_act == GgmlActivations::kFp32 || n < 2) return false;
+  const bool split = g_act == GgmlActivations::kInt8x2;
+  const int64_t q_rows = (split ? 2 : 1) * n_rows;
+  if (n_rows < 1 || q_rows > cpu::kGgmlRowChunk) return false;  // one kernel call per weight
+  const WeightMatrix& w0 = *outs[0].w;
+  const int64_t K = w0.n_in, ab = act_block(w0.dtype);
+  for (int i = 0; i < n; ++i) {
+    const WeightMatrix& w = *outs[i].w;
+    const bool ggml = dtype_is_block(w.dtype) &&
+                      (w.packed_format == kPackedNone || w.packed_format == kPackedQ4K16 ||
+                       w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ6K16);
+    if (!ggml || K <= 0 || w.n_in != K || w.n_out <= 0 || act_block(w.dtype) != ab ||
+        ggml_amx_for(w, q_rows, isa))
+      return false;
+  }
+  // matmul_ggml's one-call path, its quantization shared: q rows [0, n_rows) (then, under
+  // int8x2, the residual's q2 rows [n_rows, 2·n_rows)).
+  thread_local GgmlActRows act;
+  thread_local std::vector<float> rbuf;
+  act.reserve(q_rows, K, ab);
+  if (split) {
+    if (rbuf.size() < static_cast<size_t>(n_rows * K)) rbuf.resize(static_cast<size_t>(n_rows * K));
+    act.quantize(x, n_rows, 0, rbuf.data(), isa, pool);
+    act.quantize(rbuf.data(), n_rows, n_rows, nullptr, isa, pool);
+  } else {
+    act.quantize(x, n_rows, 0, nullptr, isa, pool);
+  }
+  cpu::GgmlAct a = act.view(0);
+  a.pair = split ? n_rows : 0;
+  for (int i = 0; i < n; ++i) ggml_kernel(a, q_rows, *outs[i].w, outs[i].y, pool, isa, false);
+  return true;
+}
+
 void GgmlActRows::reserve(int64_t rows, int64_t k, int64_t block) {
   K = k;
   ab = block;

@@ -145,6 +145,14 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
   }
 }
 
+namespace {
+int64_t work_of(int64_t n_rows, const MatmulOut* outs, int n) {
+  int64_t work = 0;
+  for (int i = 0; i < n; ++i) work += n_rows * outs[i].w->n_out * outs[i].w->n_in;
+  return work;
+}
+}  // namespace
+
 void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, int n, ThreadPool& pool_in) {
   constexpr int kMaxJoint = 4;
   bool joint = n >= 2 && n <= kMaxJoint && n_rows > 0 && cpu_isa() == IsaLevel::kAvx512 && !amx_usable();
@@ -155,6 +163,9 @@ void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, in
     work += n_rows * w.n_out * w.n_in;
   }
   if (!joint) {
+    if (n_rows > 0 && matmul_ggml_same_input(x, n_rows, outs, n, pool_for(pool_in, work_of(n_rows, outs, n)),
+                                             cpu_isa()))
+      return;
     for (int i = 0; i < n; ++i) matmul(x, n_rows, *outs[i].w, outs[i].y, pool_in);
     return;
   }

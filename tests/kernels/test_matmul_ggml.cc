@@ -124,6 +124,45 @@ TEST(MatmulGgml, DequantizeRowsEqualsWeightAt) {
 namespace dfl {
 namespace {
 
+// ops::matmul_same_input on GGML weights of one input (a layer's q, k, v; gate and up): each
+// output bit-identical to its own ops::matmul in every activation mode and on every ISA level,
+// raw blocks and prepacked — weights of one activation block size share one quantization of x,
+// a group mixing block sizes (or too many rows for one kernel call) falls back.
+TEST_P(MatmulGgmlAct, SameInputMatmulsEqualOneByOne) {
+  ActScope act(GetParam());
+  ThreadPool pool(2);
+  constexpr int64_t K = 512;
+  const auto b1 = random_blocks(DType::kQ5_0, 40, K, 31), b2 = random_blocks(DType::kQ8_0, 17, K, 32);
+  const auto b3 = random_blocks(DType::kQ4_K, 33, K, 33), b4 = random_blocks(DType::kQ6_K, 16, K, 34);
+  const WeightMatrix q5 = ggml_weight(DType::kQ5_0, 40, K, b1.data()), q8 = ggml_weight(DType::kQ8_0, 17, K, b2.data());
+  const WeightMatrix q4k = ggml_weight(DType::kQ4_K, 33, K, b3.data()), q6k = ggml_weight(DType::kQ6_K, 16, K, b4.data());
+  const PackedWeight p5 = prepack_weight(q5, &pool), p8 = prepack_weight(q8, &pool);
+  const PackedWeight p4k = prepack_weight(q4k, &pool), p6k = prepack_weight(q6k, &pool);
+  const std::vector<std::vector<const WeightMatrix*>> groups = {
+      {&q5, &q8, &q5}, {&p5.matrix(), &p8.matrix()}, {&p4k.matrix(), &p6k.matrix(), &q4k},
+      {&p5.matrix(), &p4k.matrix()}};
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    for (int64_t M : {1, 3, 16, 17}) {
+      const auto x = test::randn(static_cast<size_t>(M * K), 41 + uint32_t(M));
+      for (const auto& group : groups) {
+        std::vector<std::vector<float>> want, got;
+        for (const WeightMatrix* w : group) {
+          want.emplace_back(size_t(M * w->n_out));
+          got.emplace_back(size_t(M * w->n_out), -7.0f);
+          ops::matmul(x.data(), M, *w, want.back().data(), pool);
+        }
+        std::vector<ops::MatmulOut> outs;
+        for (size_t i = 0; i < group.size(); ++i) outs.push_back({group[i], got[i].data()});
+        ops::matmul_same_input(x.data(), M, outs.data(), int(outs.size()), pool);
+        for (size_t i = 0; i < group.size(); ++i)
+          ASSERT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * 4))
+              << isa_name(isa) << " M=" << M << " group of " << group.size() << " weight " << i;
+      }
+    }
+  }
+}
+
 TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
   for (GgmlActivations mode :
        {GgmlActivations::kFp32, GgmlActivations::kInt8, GgmlActivations::kInt8x2}) {
