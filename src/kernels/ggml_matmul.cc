@@ -310,27 +310,15 @@ void matmul_f32_portable(const float* x, int64_t M, const WeightMatrix& w, float
 void set_act_mode(GgmlActivations a) { g_act = a; }
 GgmlActivations act_mode() { return g_act; }
 
-void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y,
-                 ThreadPool& pool, IsaLevel isa) {
-  const int64_t K = w.n_in;
-  DFL_ASSERT(K % dtype_block_elems(w.dtype) == 0);
-  if (g_act == GgmlActivations::kFp32) {
-    for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
-      const int64_t M = std::min<int64_t>(cpu::kGgmlRowChunk, n_rows - m0);
-      if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
-        thread_local std::vector<float> rowbuf;
-        const size_t need = static_cast<size_t>(pool.n_threads() * K);
-        if (rowbuf.size() < need) rowbuf.resize(need);
-        cpu::avx512::matmul_ggml_f32(x + m0 * K, M, w, y + m0 * w.n_out, pool, rowbuf.data());
-      } else {
-        matmul_f32_portable(x + m0 * K, M, w, y + m0 * w.n_out, pool);
-      }
-    }
-    return;
-  }
-  const int64_t ab = act_block(w.dtype);
+namespace {
+
+// The int8 / int8x2 kernel calls of the weights outs[0..n) of one input (equal n_in and
+// activation block; amx: whether their calls take AMX-INT8): per chunk of rows the activations
+// are quantized once, then each weight's kernel runs on them (matmul_ggml: n = 1).
+void int8_calls(const float* x, int64_t n_rows, const MatmulOut* outs, int n, bool amx,
+                ThreadPool& pool, IsaLevel isa) {
+  const int64_t K = outs[0].w->n_in, ab = act_block(outs[0].w->dtype);
   const bool split = g_act == GgmlActivations::kInt8x2;
-  const bool amx = ggml_amx_for(w, (split ? 2 : 1) * n_rows, isa);
   // Rows per kernel call: kGgmlRowChunk (AMX: kGgmlAmxMaxRows) activation rows (split: half as
   // many x rows, each as its q and q2 rows).
   const int64_t call_rows = amx ? cpu::amx::kGgmlAmxMaxRows : cpu::kGgmlRowChunk;
@@ -359,42 +347,52 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
     }
     cpu::GgmlAct a = act.view(q0);
     a.pair = split ? Mx : 0;  // the kernels add y(q2) into y(q) as they write
-    ggml_kernel(a, M, w, y + m0 * w.n_out, pool, isa, amx);
+    for (int i = 0; i < n; ++i)
+      ggml_kernel(a, M, *outs[i].w, outs[i].y + m0 * outs[i].w->n_out, pool, isa, amx);
   }
+}
+
+}  // namespace
+
+void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y,
+                 ThreadPool& pool, IsaLevel isa) {
+  const int64_t K = w.n_in;
+  DFL_ASSERT(K % dtype_block_elems(w.dtype) == 0);
+  if (g_act == GgmlActivations::kFp32) {
+    for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
+      const int64_t M = std::min<int64_t>(cpu::kGgmlRowChunk, n_rows - m0);
+      if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
+        thread_local std::vector<float> rowbuf;
+        const size_t need = static_cast<size_t>(pool.n_threads() * K);
+        if (rowbuf.size() < need) rowbuf.resize(need);
+        cpu::avx512::matmul_ggml_f32(x + m0 * K, M, w, y + m0 * w.n_out, pool, rowbuf.data());
+      } else {
+        matmul_f32_portable(x + m0 * K, M, w, y + m0 * w.n_out, pool);
+      }
+    }
+    return;
+  }
+  const bool split = g_act == GgmlActivations::kInt8x2;
+  const MatmulOut out{&w, y};
+  int8_calls(x, n_rows, &out, 1, ggml_amx_for(w, (split ? 2 : 1) * n_rows, isa), pool, isa);
 }
 
 bool matmul_ggml_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, int n,
                             ThreadPool& pool, IsaLevel isa) {
-  if (g_act == GgmlActivations::kFp32 || n < 2) return false;
-  const bool split = g_act == GgmlActivations::kInt8x2;
-  const int64_t q_rows = (split ? 2 : 1) * n_rows;
-  if (n_rows < 1 || q_rows > cpu::kGgmlRowChunk) return false;  // one kernel call per weight
+  if (g_act == GgmlActivations::kFp32 || n < 2 || n_rows < 1) return false;
+  const int64_t q_rows = (g_act == GgmlActivations::kInt8x2 ? 2 : 1) * n_rows;
   const WeightMatrix& w0 = *outs[0].w;
-  const int64_t K = w0.n_in, ab = act_block(w0.dtype);
+  const bool amx = ggml_amx_for(w0, q_rows, isa);
   for (int i = 0; i < n; ++i) {
     const WeightMatrix& w = *outs[i].w;
     const bool ggml = dtype_is_block(w.dtype) &&
                       (w.packed_format == kPackedNone || w.packed_format == kPackedQ4K16 ||
                        w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ6K16);
-    if (!ggml || K <= 0 || w.n_in != K || w.n_out <= 0 || act_block(w.dtype) != ab ||
-        ggml_amx_for(w, q_rows, isa))
+    if (!ggml || w.n_in <= 0 || w.n_in != w0.n_in || w.n_out <= 0 ||
+        act_block(w.dtype) != act_block(w0.dtype) || ggml_amx_for(w, q_rows, isa) != amx)
       return false;
   }
-  // matmul_ggml's one-call path, its quantization shared: q rows [0, n_rows) (then, under
-  // int8x2, the residual's q2 rows [n_rows, 2·n_rows)).
-  thread_local GgmlActRows act;
-  thread_local std::vector<float> rbuf;
-  act.reserve(q_rows, K, ab);
-  if (split) {
-    if (rbuf.size() < static_cast<size_t>(n_rows * K)) rbuf.resize(static_cast<size_t>(n_rows * K));
-    act.quantize(x, n_rows, 0, rbuf.data(), isa, pool);
-    act.quantize(rbuf.data(), n_rows, n_rows, nullptr, isa, pool);
-  } else {
-    act.quantize(x, n_rows, 0, nullptr, isa, pool);
-  }
-  cpu::GgmlAct a = act.view(0);
-  a.pair = split ? n_rows : 0;
-  for (int i = 0; i < n; ++i) ggml_kernel(a, q_rows, *outs[i].w, outs[i].y, pool, isa, false);
+  int8_calls(x, n_rows, outs, n, amx, pool, isa);
   return true;
 }
 

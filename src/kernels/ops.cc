@@ -70,6 +70,17 @@ ThreadPool& pool_for(ThreadPool& pool, int64_t work) {
   return work < kInlineWork ? solo : pool;
 }
 
+// The packed bf16 kernel (AVX-512 without AMX) on 1..4 weights of one input, x's converted copy
+// in this thread's scratch.
+void bf16_packed_avx512(const float* x, int64_t n_rows, const WeightMatrix* const* ws, float* const* ys,
+                        int n, ThreadPool& pool) {
+  thread_local std::vector<uint16_t> xb;
+  const bool fma = ops::g_bf16_dot == Bf16Dot::kFma;
+  const int64_t K = ws[0]->n_in;
+  const int64_t len = fma ? 2 * n_rows * cpu::avx512::fma_x_stride(K) : n_rows * ((K + 31) / 32 * 32);
+  cpu::avx512::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool, scratch(xb, static_cast<size_t>(len)), fma);
+}
+
 }  // namespace
 
 static void matmul_portable(const float* x, int64_t n_rows, const WeightMatrix& w, float* y,
@@ -118,11 +129,9 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
   }
   DFL_ASSERT(w.packed_format == kPackedNone || w.packed_format == kPackedAmxBf16);
   if (w.packed_format == kPackedAmxBf16 && isa == IsaLevel::kAvx512) {  // AVX-512, AMX off
-    thread_local std::vector<uint16_t> xb;
-    const bool fma = ops::g_bf16_dot == Bf16Dot::kFma;
-    const int64_t n = fma ? 2 * n_rows * cpu::avx512::fma_x_stride(w.n_in) : n_rows * ((w.n_in + 31) / 32 * 32);
-    cpu::avx512::matmul_bf16_packed(x, n_rows, w, y, pool, scratch(xb, static_cast<size_t>(n)), fma);
-    return;
+    const WeightMatrix* ws[1] = {&w};
+    float* ys[1] = {y};
+    return bf16_packed_avx512(x, n_rows, ws, ys, 1, pool);
   }
   const bool fp32w = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
                      w.dtype == DType::kF8E4M3;
@@ -155,32 +164,24 @@ int64_t work_of(int64_t n_rows, const MatmulOut* outs, int n) {
 
 void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, int n, ThreadPool& pool_in) {
   constexpr int kMaxJoint = 4;
-  bool joint = n >= 2 && n <= kMaxJoint && n_rows > 0 && cpu_isa() == IsaLevel::kAvx512 && !amx_usable();
-  int64_t work = 0;
-  for (int i = 0; i < n && joint; ++i) {
+  const IsaLevel isa = cpu_isa();
+  bool packed = n >= 2 && n <= kMaxJoint && n_rows > 0 && isa == IsaLevel::kAvx512 && !amx_usable();
+  for (int i = 0; i < n && packed; ++i) {
     const WeightMatrix& w = *outs[i].w;
-    joint = w.packed_format == kPackedAmxBf16 && w.n_in == outs[0].w->n_in && w.n_in > 0 && w.n_out > 0;
-    work += n_rows * w.n_out * w.n_in;
+    packed = w.packed_format == kPackedAmxBf16 && w.n_in == outs[0].w->n_in && w.n_in > 0 && w.n_out > 0;
   }
-  if (!joint) {
-    if (n_rows > 0 && matmul_ggml_same_input(x, n_rows, outs, n, pool_for(pool_in, work_of(n_rows, outs, n)),
-                                             cpu_isa()))
-      return;
-    for (int i = 0; i < n; ++i) matmul(x, n_rows, *outs[i].w, outs[i].y, pool_in);
-    return;
+  ThreadPool& pool = pool_for(pool_in, work_of(n_rows, outs, n));
+  if (packed) {
+    const WeightMatrix* ws[kMaxJoint];
+    float* ys[kMaxJoint];
+    for (int i = 0; i < n; ++i) {
+      ws[i] = outs[i].w;
+      ys[i] = outs[i].y;
+    }
+    return bf16_packed_avx512(x, n_rows, ws, ys, n, pool);
   }
-  ThreadPool& pool = pool_for(pool_in, work);
-  const WeightMatrix* ws[kMaxJoint];
-  float* ys[kMaxJoint];
-  for (int i = 0; i < n; ++i) {
-    ws[i] = outs[i].w;
-    ys[i] = outs[i].y;
-  }
-  thread_local std::vector<uint16_t> xb;
-  const bool fma = ops::g_bf16_dot == Bf16Dot::kFma;
-  const int64_t K = ws[0]->n_in;
-  const int64_t len = fma ? 2 * n_rows * cpu::avx512::fma_x_stride(K) : n_rows * ((K + 31) / 32 * 32);
-  cpu::avx512::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool, scratch(xb, static_cast<size_t>(len)), fma);
+  if (matmul_ggml_same_input(x, n_rows, outs, n, pool, isa)) return;
+  for (int i = 0; i < n; ++i) matmul(x, n_rows, *outs[i].w, outs[i].y, pool_in);
 }
 
 static void rms_norm_portable(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y) {

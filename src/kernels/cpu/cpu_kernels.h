@@ -274,8 +274,8 @@ PackedWeight prepack_q32x16(const WeightMatrix& w, ThreadPool* pool);
 void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, ThreadPool& pool,
                  IsaLevel isa);
 // Several GGML block weights of one input (ops::matmul_same_input): when they take int8
-// activations of one block size and n_in, no AMX, and the rows fit one kernel call, x is
-// quantized once for all and true is returned (each y the bits matmul_ggml gives); otherwise
+// activations of one block size and n_in and agree on AMX, x is quantized once per chunk of
+// rows for all of them and true is returned (each y the bits matmul_ggml gives); otherwise
 // false and nothing is computed.
 bool matmul_ggml_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, int n,
                             ThreadPool& pool, IsaLevel isa);
