@@ -136,11 +136,17 @@ TEST_P(MatmulGgmlAct, SameInputMatmulsEqualOneByOne) {
   const auto b3 = random_blocks(DType::kQ4_K, 33, K, 33), b4 = random_blocks(DType::kQ6_K, 16, K, 34);
   const WeightMatrix q5 = ggml_weight(DType::kQ5_0, 40, K, b1.data()), q8 = ggml_weight(DType::kQ8_0, 17, K, b2.data());
   const WeightMatrix q4k = ggml_weight(DType::kQ4_K, 33, K, b3.data()), q6k = ggml_weight(DType::kQ6_K, 16, K, b4.data());
+  const auto b5 = random_blocks(DType::kQ4_0, 48, K, 35);
+  const WeightMatrix q4 = ggml_weight(DType::kQ4_0, 48, K, b5.data());
   const PackedWeight p5 = prepack_weight(q5, &pool), p8 = prepack_weight(q8, &pool);
   const PackedWeight p4k = prepack_weight(q4k, &pool), p6k = prepack_weight(q6k, &pool);
+  const PackedWeight p4 = prepack_weight(q4, &pool);
+  // Packed groups run as one pool job on AVX-512 (each format its own panel: the 32-element
+  // formats' chain offsets, the K formats' sums); a raw weight in the group falls back.
   const std::vector<std::vector<const WeightMatrix*>> groups = {
       {&q5, &q8, &q5}, {&p5.matrix(), &p8.matrix()}, {&p4k.matrix(), &p6k.matrix(), &q4k},
-      {&p5.matrix(), &p4k.matrix()}};
+      {&p5.matrix(), &p4k.matrix()}, {&p8.matrix(), &p4.matrix(), &p5.matrix(), &p8.matrix()},
+      {&p6k.matrix(), &p4k.matrix(), &p6k.matrix()}};
   for (IsaLevel isa : test::isa_levels()) {
     test::IsaScope scope(isa);
     for (int64_t M : {1, 3, 16, 17}) {

@@ -11,6 +11,7 @@
 // Each weight block is unpacked once for all M (≤ kGgmlRowChunk = 32) activation rows.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -288,11 +289,15 @@ struct KPanel {
 };
 constexpr int64_t kKPanelSums(bool q6k) { return q6k ? 16 : 8; }
 
+// One set of buffers per form (Q4_K / Q6_K), so a call can hold both (matmul_packed_many).
 KPanel k_panel(const GgmlAct& a, int64_t M, bool q6k) {
   const int64_t ns = a.K / 256, ldq = a.K + 256;
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<int32_t> sums;
-  thread_local std::vector<float> d;
+  thread_local std::vector<int8_t> qs[2];
+  thread_local std::vector<int32_t> sums_s[2];
+  thread_local std::vector<float> ds[2];
+  std::vector<int8_t>& q = qs[q6k];
+  std::vector<int32_t>& sums = sums_s[q6k];
+  std::vector<float>& d = ds[q6k];
   const int64_t per = kKPanelSums(q6k);
   if (q.size() < size_t(M * ns * 256)) q.resize(size_t(M * ns * 256));
   if (sums.size() < size_t(M * ns * per)) sums.resize(size_t(M * ns * per));
@@ -723,6 +728,66 @@ void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
   const KPanel p = k_panel(a, M, true);
   pool.parallel_for((w.n_out + 15) / 16,
                     [&](int64_t t0, int64_t t1, int) { q6k16_tiles(p, M, w, y, a.pair, t0, t1); });
+}
+
+}  // namespace dfl::cpu::avx512
+
+// ---- several packed weights of one input in one pool job (ops::matmul_same_input) ------------
+namespace dfl::cpu::avx512 {
+
+bool matmul_packed_many(const GgmlAct& a, int64_t M, const WeightMatrix* const* ws, float* const* ys,
+                        int n, ThreadPool& pool) {
+  constexpr int kMaxParts = 8;
+  if (n < 1 || n > kMaxParts) return false;
+  bool q32 = false, q4k = false, q6k = false;
+  for (int i = 0; i < n; ++i) {
+    q32 |= ws[i]->packed_format == kPackedQ32x16;
+    q4k |= ws[i]->packed_format == kPackedQ4K16;
+    q6k |= ws[i]->packed_format == kPackedQ6K16;
+    if (ws[i]->packed_format != kPackedQ32x16 && ws[i]->packed_format != kPackedQ4K16 &&
+        ws[i]->packed_format != kPackedQ6K16)
+      return false;
+  }
+  // The panels of every form the group holds, built once. A 32-element panel's chain starts
+  // nc depend on the format's offset (kShift): one nc array per format, the q and dx shared.
+  Q32Panel p32[3] = {};  // Q8_0, Q5_0, Q4_0
+  thread_local std::vector<int32_t> nc_more[2];
+  if (q32) {
+    p32[0] = q32_panel(a, M, -(1 << kShift<int(DType::kQ8_0)>), 1.0f);
+    const int shifts[2] = {kShift<int(DType::kQ5_0)>, kShift<int(DType::kQ4_0)>};
+    const int64_t nb = a.K / 32;
+    for (int j = 0; j < 2; ++j) {
+      std::vector<int32_t>& nc = nc_more[j];
+      if (nc.size() < size_t(nb * M)) nc.resize(size_t(nb * M));
+      for (int64_t b = 0; b < nb; ++b)  // as q32_panel: nc [b][m] = corr_mul · Σ
+        for (int64_t m = 0; m < M; ++m) nc[size_t(b * M + m)] = -(1 << shifts[j]) * a.s32[m * nb + b];
+      p32[1 + j] = Q32Panel{p32[0].q, nc.data(), p32[0].dx};
+    }
+  }
+  const KPanel pk4 = q4k ? k_panel(a, M, false) : KPanel{};
+  const KPanel pk6 = q6k ? k_panel(a, M, true) : KPanel{};
+  int64_t first[kMaxParts + 1] = {0};  // part i's tiles are [first[i], first[i + 1])
+  for (int i = 0; i < n; ++i) first[i + 1] = first[i] + (ws[i]->n_out + 15) / 16;
+  pool.parallel_for(first[n], [&](int64_t t0, int64_t t1, int) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t b = std::max(t0, first[i]) - first[i], e = std::min(t1, first[i + 1]) - first[i];
+      if (b >= e) continue;
+      const WeightMatrix& w = *ws[i];
+      if (w.packed_format == kPackedQ4K16) {
+        q4k16_tiles(pk4, M, w, ys[i], a.pair, b, e);
+      } else if (w.packed_format == kPackedQ6K16) {
+        q6k16_tiles(pk6, M, w, ys[i], a.pair, b, e);
+      } else {
+        switch (w.dtype) {
+          case DType::kQ8_0: q32x16_tiles<int(DType::kQ8_0)>(p32[0], M, w, ys[i], a.pair, b, e); break;
+          case DType::kQ5_0: q32x16_tiles<int(DType::kQ5_0)>(p32[1], M, w, ys[i], a.pair, b, e); break;
+          case DType::kQ4_0: q32x16_tiles<int(DType::kQ4_0)>(p32[2], M, w, ys[i], a.pair, b, e); break;
+          default: break;
+        }
+      }
+    }
+  });
+  return true;
 }
 
 }  // namespace dfl::cpu::avx512
