@@ -52,10 +52,11 @@
 // A = K·2⁻¹²⁵ (underflow and denormal flushing in the kernel and in x̃'s conversion), carried as
 // A / min_n ||w_n|| in R. So the same screen runs with bound_n = ||w_n||·(1 + 2⁻¹⁶), R = ||r|| +
 // γ_b·||x̃|| + A / min ||w_n||, P_n = (||e_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) and X1 = ||x̂1||; the
-// candidates are finished by the packed kernel itself on their 16-output tile (its bits), one
-// (row, tile) pair per candidate tile of each row (bf16_packed_pairs: a row pays for its own
-// tiles only), and a call whose pairs pass a share of all its products counts its rows as
-// misses (max_finish_share), so flat heads step aside to the logits. A weight with a bf16
+// candidates are finished by the packed kernel itself (its bits) on tiles gathered from their
+// own weight rows, 16 candidates of a row to a tile (bf16_rows_finish: a candidate costs its
+// row, 2K bytes, not its neighbours'). A row's candidates are capped at candidate_cap (V/16 +
+// 64: a finish then costs at most about an eighth of the logits); a row past it is computed in
+// full and counts as a miss, so flat heads step aside to the logits. A weight with a bf16
 // denormal, inf or NaN gets no screen.
 #include <algorithm>
 #include <atomic>
@@ -198,10 +199,8 @@ void logits_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, int32_
 
 // The rows of x [M, K] whose out[r] is -1 (the screen gave up), in one logits call (one weight
 // stream for all of them); the screen's health notes the rate.
-// missed ≥ 0: the number of rows the health notes as misses instead of the given-up ones (a call
-// whose finish cost about what the logits would have).
 void redo_given_up_rows(const float* x, int64_t M, const WeightMatrix& w, ArgmaxScreen::Health& health,
-                        int32_t* out, ThreadPool& pool, int64_t missed = -1) {
+                        int32_t* out, ThreadPool& pool) {
   thread_local std::vector<int64_t> redo;
   thread_local std::vector<float> xr;
   thread_local std::vector<int32_t> picks;
@@ -209,7 +208,7 @@ void redo_given_up_rows(const float* x, int64_t M, const WeightMatrix& w, Argmax
   redo.clear();
   for (int64_t r = 0; r < M; ++r)
     if (out[r] < 0) redo.push_back(r);
-  note_misses(health, missed >= 0 ? missed : int64_t(redo.size()), M);
+  note_misses(health, int64_t(redo.size()), M);
   if (redo.empty()) return;
   g_full.fetch_add(redo.size(), std::memory_order_relaxed);
   if (xr.size() < redo.size() * size_t(K)) xr.resize(redo.size() * size_t(K));
@@ -456,14 +455,6 @@ int64_t bf16_candidates(const float* y1, const float* xt, const cpu::GgmlAct& a1
                                  s.plane_bound.data(), residual_norm(a1, r, 32));
 }
 
-// The share of the (row, tile) products a call's finish may take before its rows count as
-// misses (it still finishes them), so that a head whose rows keep touching many tiles (flat
-// logits) steps aside to the logits. One row reads its tiles at the weight stream's pace: the
-// plane costs ~0.37 of the head's stream, a finish over half the tiles about as much again. Several
-// rows are compute-bound: a pair runs at about half the rate of the logits' row blocks and the
-// plane costs ~0.35 of the logits, so a quarter of the pairs is where the screen stops paying.
-double max_finish_share(int64_t rows) { return rows == 1 ? 0.5 : 0.25; }
-
 // matmul_argmax on a screened BF16 head (top comment, "BF16 heads").
 void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
                           const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
@@ -471,7 +462,7 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const IsaLevel isa = cpu_isa();
   thread_local GgmlActRows q1;
   thread_local std::vector<float> xt, y1, his;
-  thread_local std::vector<int32_t> idx, pair_tile, pair_row, tile_start;
+  thread_local std::vector<int32_t> idx;
   thread_local std::vector<int64_t> counts;
   for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
     const int64_t M = std::min(cpu::kGgmlRowChunk, n_rows - m0);
@@ -499,38 +490,15 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
             countp[r] = bf16_candidates(y1p + r * V, xtp + r * K, a1, r, w, screen, idxp + r * cap, hip + r * cap);
         },
         1);
-    // The exact outputs of each row's candidate tiles, as (row, tile) pairs in tile-major order
-    // (a tile several rows need is read once from memory, then from cache), over ŷ1 in y1 (no
-    // longer needed): a bucket pass over the rows' increasing candidate lists.
-    const int64_t n_tiles = (V + 15) / 16;
-    tile_start.assign(static_cast<size_t>(n_tiles + 1), 0);
-    for (int64_t r = 0; r < M; ++r)
-      for (int64_t i = 0, last = -1; i < counts[r]; ++i)
-        if (const int64_t t = idx[r * cap + i] / 16; t != last) {
-          ++tile_start[t + 1];
-          last = t;
-        }
-    for (int64_t t = 0; t < n_tiles; ++t) tile_start[t + 1] += tile_start[t];
-    const int64_t n_pairs = tile_start[n_tiles];
-    pair_tile.resize(static_cast<size_t>(n_pairs));
-    pair_row.resize(static_cast<size_t>(n_pairs));
-    for (int64_t r = 0; r < M; ++r)  // rows in order: each tile's rows come out increasing
-      for (int64_t i = 0, last = -1; i < counts[r]; ++i)
-        if (const int64_t t = idx[r * cap + i] / 16; t != last) {
-          const int32_t at = tile_start[t]++;
-          pair_tile[at] = int32_t(t);
-          pair_row[at] = int32_t(r);
-          last = t;
-        }
-    if (n_pairs > 0)
-      cpu::avx512::bf16_packed_pairs(x + m0 * K, M, w, pair_tile.data(), pair_row.data(), n_pairs,
-                                     bf16_dot() == Bf16Dot::kFma, y1.data(), pool);
+    // The exact outputs of each row's candidates, over ŷ1 in y1 (no longer needed), from the
+    // candidates' own weight rows (16 at a time, gathered into one packed tile).
+    cpu::avx512::bf16_rows_finish(x + m0 * K, M, w, idx.data(), counts.data(), cap,
+                                  bf16_dot() == Bf16Dot::kFma, y1.data(), pool);
     for (int64_t r = 0; r < M; ++r) {
       const float* yr = y1.data() + r * V;
       out[m0 + r] = counts[r] < 0 ? -1 : first_max(idx.data() + r * cap, counts[r], [&](int64_t n) { return yr[n]; });
     }
-    const bool wide = double(n_pairs) > max_finish_share(M) * double(n_tiles) * double(M);
-    redo_given_up_rows(x + m0 * K, M, w, *screen.health, out + m0, pool, wide ? M : -1);
+    redo_given_up_rows(x + m0 * K, M, w, *screen.health, out + m0, pool);
   }
 }
 

@@ -321,9 +321,9 @@ TEST(MatmulArgmax, Bf16HeadSameIndexAsTheLogitsOnEveryPath) {
     for (int64_t M : {1, 3, 16, 17, 40, 64}) {
       const auto x = test::randn(static_cast<size_t>(M * K), 31 + uint32_t(M));
       const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
-      // A fresh health per call: this small flat head's calls touch most of its tiles, which
-      // makes the screen step aside (Bf16HeadWhoseRowsTouchMostTilesStepsAside); here every
-      // call must take the plane.
+      // A fresh health per call: a few of this small flat head's rows overflow the candidate
+      // cap, and misses make the screen step aside (Bf16HeadWhoseRowsOverflowTheCapStepsAside);
+      // here every call must take the plane.
       h.screen.health->misses = 0;
       h.screen.health->skip = 0;
       const ops::ArgmaxStats before = ops::argmax_stats();
@@ -337,25 +337,31 @@ TEST(MatmulArgmax, Bf16HeadSameIndexAsTheLogitsOnEveryPath) {
   }
 }
 
-// Rows whose candidates together touch most of the head's tiles (flat random logits: the joint
-// exact finish then costs about what the logits do) are noted as misses, so after a few such
-// calls the screen steps aside to the logits for a while — with the same picks throughout — and
-// comes back. N = 1501 (94 tiles), 16 rows per call.
-TEST(MatmulArgmax, Bf16HeadWhoseRowsTouchMostTilesStepsAside) {
+// Rows whose candidates overflow the cap (a head of near-copies of one row: every output is
+// within the screen's bound of the best) are computed in full and noted as misses, so after a
+// few such calls the screen steps aside to the logits for a while — with the same picks
+// throughout — and comes back. N = 1501, 16 rows per call.
+TEST(MatmulArgmax, Bf16HeadWhoseRowsOverflowTheCapStepsAside) {
   if (cpu_isa() != IsaLevel::kAvx512 || amx_usable()) GTEST_SKIP() << "the BF16 plane runs on AVX-512 without AMX";
   ThreadPool pool(2);
   constexpr int64_t N = 1501, K = 640, M = 16;
-  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 21, 0.5f), N, K, pool);
+  const auto base = test::randn(size_t(K), 20, 0.5f), noise = test::randn(size_t(N * K), 21, 0.5f);
+  std::vector<float> wf(size_t(N * K));
+  for (int64_t i = 0; i < N * K; ++i) wf[size_t(i)] = base[size_t(i % K)] + 1e-3f * noise[size_t(i)];
+  const Bf16Head h = bf16_head(wf, N, K, pool);
   const auto x = test::randn(static_cast<size_t>(M * K), 47);
   const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
   int plane_calls = 0;
+  uint64_t full_rows = 0;
   for (int call = 0; call < 100; ++call) {
     const ops::ArgmaxStats before = ops::argmax_stats();
     ASSERT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want) << "call " << call;
     plane_calls += ops::argmax_stats().plane_rows > before.plane_rows;
+    full_rows += ops::argmax_stats().full_rows - before.full_rows;
   }
+  EXPECT_GT(full_rows, uint64_t(plane_calls) * M / 2) << "the construction: most rows overflow the cap";
   EXPECT_GE(plane_calls, 3) << "the screen is tried again after stepping aside";
-  EXPECT_LE(plane_calls, 30) << "the screen kept finishing calls that cost what the logits do";
+  EXPECT_LE(plane_calls, 30) << "the screen kept trying on rows it gives up";
 }
 
 // Rows whose plane values lean the wrong way: x = all ones. Row kA: every weight a (q = 127 =
@@ -403,55 +409,51 @@ TEST(MatmulArgmax, Bf16HeadRowsWhosePlaneLeansTheWrongWayAreFinishedExactly) {
 
 // A BF16 head whose rows all tie (x = 0: every logit 0) or whose x is not finite: the screen
 // gives those rows up (every output a candidate / a non-finite ŷ1), the logits decide.
-// The screen's exact finish (cpu::avx512::bf16_packed_pairs) against the packed matmul itself:
-// on each listed (row, tile) pair the same bits, in both product forms (vdpbf16ps and its FMA
-// form), and every other output left as it was. Pairs in tile-major order with tiles several
-// rows share, a row with many tiles, the partial last tile (N = 1003), and a count that leaves
-// a short last group of the micro-kernel's 8.
 uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
 }
 
-TEST(MatmulArgmax, Bf16PackedPairsEqualTheMatmulOnTheirTiles) {
+// cpu::avx512::bf16_rows_finish (the screen's finish on listed outputs, from the row-major
+// weights): on each listed (row, output) the same bits as matmul_bf16_packed, in both product
+// forms, every other output left as it was. K = 650 (a partial last k chunk), rows with 0, 1,
+// 16, 17 and many outputs (short groups of 16, a short last group of the micro-kernel's 8),
+// outputs in the partial last tile, and a row whose list is refused (count −1).
+TEST(MatmulArgmax, Bf16RowsFinishEqualsTheMatmulOnItsOutputs) {
   if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "the packed BF16 kernel runs on AVX-512";
   ThreadPool pool(2);
-  constexpr int64_t N = 1003, K = 640, M = 5, kTiles = (N + 15) / 16;
-  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 25, 0.5f), N, K, pool);
+  constexpr int64_t N = 1003, K = 650, M = 6, cap = 400;
+  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 27, 0.5f), N, K, pool);
   const WeightMatrix& w = h.packed.matrix();
   ASSERT_EQ(w.packed_format, kPackedAmxBf16) << "the construction: packed for the AVX-512 kernel";
-  const auto x = test::randn(size_t(M * K), 26);
-  std::vector<int32_t> tile, row;
-  for (int64_t t = 0; t < kTiles; ++t)
-    for (int64_t r = 0; r < M; ++r)
-      if (t == kTiles - 1 || (r == 3 && t % 3 == 0) || (t % 17 == 5 && r % 2 == 0) || t == 2 * r + 1) {
-        tile.push_back(int32_t(t));
-        row.push_back(int32_t(r));
-      }
-  ASSERT_NE(tile.size() % 8, 0u) << "the construction: a short last group";
+  ASSERT_NE(w.data, nullptr) << "the construction: the row-major weights kept";
+  const auto x = test::randn(size_t(M * K), 28);
+  std::vector<int32_t> idx(size_t(M * cap));
+  std::vector<int64_t> counts(M, 0);
+  auto list = [&](int64_t r, int64_t n) { idx[size_t(r * cap + counts[r]++)] = int32_t(n); };
+  list(1, 7);                                               // one
+  for (int64_t n = 0; n < 16; ++n) list(2, 3 * n + 1);      // one full group
+  for (int64_t n = 0; n < 17; ++n) list(3, 50 * n + 2);     // a group and one
+  for (int64_t n = 0; n < N; n += 3) list(4, n);            // many, the last tile's among them
+  counts[5] = -1;                                           // refused: nothing
   const float kUntouched = -12345.0f;
   for (bool fma : {false, true}) {
     std::vector<float> want(size_t(M * N)), got(size_t(M * N), kUntouched);
     std::vector<float> xb(size_t(M * cpu::avx512::fma_x_stride(K)));
     cpu::avx512::matmul_bf16_packed(x.data(), M, w, want.data(), pool,
                                     reinterpret_cast<uint16_t*>(xb.data()), fma);
-    cpu::avx512::bf16_packed_pairs(x.data(), M, w, tile.data(), row.data(), int64_t(tile.size()), fma,
-                                   got.data(), pool);
+    cpu::avx512::bf16_rows_finish(x.data(), M, w, idx.data(), counts.data(), cap, fma, got.data(), pool);
     std::vector<bool> listed(size_t(M * N), false);
-    for (size_t i = 0; i < tile.size(); ++i)
-      for (int64_t n = 16 * tile[i]; n < std::min(N, 16 * int64_t(tile[i]) + 16); ++n)
-        listed[size_t(row[i] * N + n)] = true;
-    int64_t n_listed = 0;
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t i = 0; i < counts[r]; ++i) listed[size_t(r * N + idx[size_t(r * cap + i)])] = true;
     for (int64_t i = 0; i < M * N; ++i) {
-      n_listed += listed[size_t(i)];
       if (listed[size_t(i)])
         ASSERT_EQ(float_bits(got[size_t(i)]), float_bits(want[size_t(i)]))
             << (fma ? "fma" : "vdpbf16ps") << " row " << i / N << " output " << i % N;
       else
         ASSERT_EQ(got[size_t(i)], kUntouched) << "row " << i / N << " output " << i % N;
     }
-    EXPECT_GT(n_listed, 16 * M) << "the construction";
   }
 }
 

@@ -143,14 +143,16 @@ void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* cons
                              int n, ThreadPool& pool, uint16_t* xb, bool fma);
 // Row stride (floats) of the fp32 activation copies the FMA form reads.
 int64_t fma_x_stride(int64_t K);
-// Rows x [M, K] fp32 × a kPackedAmxBf16 weight on the (row, tile) pairs (row[i], tile[i]),
-// i < count: y[row[i]][16·tile[i] .. +15] (within n_out; y is [M, n_out]), the same bits as
-// matmul_bf16_packed (same fma) gives there; other outputs of y are left as they are. Each pair
-// is one row against one 16-output tile, so rows needing few tiles cost only theirs; pairs in
-// tile-major order read a tile shared by several rows from cache (the greedy screen's exact
-// finish, kernels/ggml_argmax.cc). No pair may repeat.
-void bf16_packed_pairs(const float* x, int64_t M, const WeightMatrix& w, const int32_t* tile,
-                       const int32_t* row, int64_t count, bool fma, float* y, ThreadPool& pool);
+// Rows x [M, K] fp32 × a kPackedAmxBf16 weight on listed outputs, the same bits as
+// matmul_bf16_packed (same fma) gives there, read from the row-major weights (w.data, [n_out,
+// n_in] bf16, which a packed weight keeps): for each row r < M (≤ kGgmlRowChunk), y[r][n] (y is
+// [M, n_out]) for the counts[r] outputs n = idx[r·cap + i] (increasing; counts[r] ≤ 0: none) —
+// the greedy screen's exact finish (kernels/ggml_argmax.cc). Sixteen of one row's outputs at a
+// time are gathered into one packed tile (16 weight rows transposed) and run through
+// matmul_bf16_packed's micro-kernel, so a scattered candidate costs its own weight row (2·n_in
+// bytes) instead of its 16-output tile (32·n_in). Other outputs of y are left as they are.
+void bf16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const int32_t* idx,
+                      const int64_t* counts, int64_t cap, bool fma, float* y, ThreadPool& pool);
 // F32, F16 and F8_E4M3 (+ block scales) weights, dequantized to fp32 in registers.
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);

@@ -132,7 +132,7 @@ inline void store_tiles(const __m512 (&acc)[MR][G], int64_t n0, int64_t N, float
 }
 
 // Where a micro-kernel's G weight tiles start: ts apart (the matmul's walk over neighbouring
-// tiles) or listed one by one (the greedy screen's candidate tiles, bf16_packed_pairs).
+// tiles) or listed one by one (the greedy screen's gathered candidate tiles, bf16_rows_finish).
 struct StridedTiles {
   const uint16_t* w;
   int64_t ts;
@@ -146,7 +146,7 @@ struct ListedTiles {
 
 // Where a micro-kernel's activation rows start (T: uint16_t bf16 rows, float fp32 copies):
 // row i of the block, xs elements apart, shared by every tile (the matmul), or one row per tile
-// (MR = 1: tile g takes row x[g] — the screen's (row, tile) pairs, bf16_packed_pairs).
+// (MR = 1: tile g takes row x[g] — the screen's finish, bf16_rows_finish).
 template <class T>
 struct SharedRows {
   static constexpr bool kPerTile = false;
@@ -544,10 +544,57 @@ void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float*
   matmul_bf16_packed_many(x, M, ws, ys, 1, pool, xb, fma);
 }
 
-void bf16_packed_pairs(const float* x, int64_t M, const WeightMatrix& w, const int32_t* tile,
-                       const int32_t* row, int64_t count, bool fma, float* y, ThreadPool& pool) {
+namespace {
+
+// 16 rows of 16 dwords → its 16 columns: c[j] lane i = r[i] lane j (unpacks within 128-bit
+// lanes, then a 4 × 4 transpose of the lanes).
+inline void transpose16x16(const __m512i r[16], __m512i c[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);      // lane L: r0[4L] r1[4L] r0[4L+1] r1[4L+1]
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);  // ... [4L+2], [4L+3]
+  }
+  for (int i = 0; i < 4; ++i) {  // u[4i + e] lane L: rows 4i..4i+3 at column 4L + e
+    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x44), v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x44), v3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xEE);
+    c[e] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    c[4 + e] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    c[8 + e] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    c[12 + e] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+}
+
+// The kPackedAmxBf16 tile of 16 weight rows given by index (row-major bf16 rows K apart at
+// `w`): dst [n_kc][16 k-pairs][16 n][2], zero past K — what pack_bf16 makes of 16 neighbours.
+void gather_bf16_tile(const uint16_t* w, int64_t K, const int32_t* rows16, int64_t n_kc, uint16_t* dst) {
+  for (int64_t kc = 0; kc < n_kc; ++kc) {
+    const int64_t rem = K - kc * 32;
+    const __mmask32 mk = rem >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((uint32_t(1) << rem) - 1);
+    __m512i r[16], c[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_epi16(mk, w + int64_t(rows16[i]) * K + kc * 32);
+    transpose16x16(r, c);
+    for (int kp = 0; kp < 16; ++kp) _mm512_storeu_si512(dst + kc * kPackTile + kp * 32, c[kp]);
+  }
+}
+
+}  // namespace
+
+void bf16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const int32_t* idx,
+                      const int64_t* counts, int64_t cap, bool fma, float* y, ThreadPool& pool) {
   const int64_t N = w.n_out, K = w.n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
-  const int64_t xs = fma ? fma_x_stride(K) : Kp;  // row stride of the converted rows
+  // Groups of 16 outputs of one row (a short last group repeats its last output), group g of
+  // row r at first[r] + g.
+  int64_t first[kGgmlRowChunk + 1] = {0};
+  DFL_ASSERT(M <= kGgmlRowChunk);
+  for (int64_t r = 0; r < M; ++r) first[r + 1] = first[r] + (counts[r] > 0 ? (counts[r] + 15) / 16 : 0);
+  if (first[M] == 0) return;
+  const int64_t xs = fma ? fma_x_stride(K) : Kp;
   thread_local std::vector<float> xbuf;  // the calling thread's; the pool reads it during the call
   const size_t need = static_cast<size_t>(fma ? M * xs : (M * Kp + 1) / 2);
   if (xbuf.size() < need) xbuf.resize(need);
@@ -557,35 +604,42 @@ void bf16_packed_pairs(const float* x, int64_t M, const WeightMatrix& w, const i
     to_bf16_fp32_rows(x, M, K, Kp, xs, xbuf.data());
   else
     to_bf16_rows(x, M, K, Kp, reinterpret_cast<uint16_t*>(xbuf.data()));
-  const uint16_t* wp = static_cast<const uint16_t*>(w.packed);
-  // kG pairs per micro-kernel call: a pair is a single accumulator chain (2 dependent products
-  // per k pair), kG of them run side by side for about the same time. A short last group
-  // repeats its last pair (computed, not stored).
-  constexpr int kG = 8;
+  const uint16_t* wr = static_cast<const uint16_t*>(w.data);
+  constexpr int kG = 8;  // groups per micro-kernel call (8 accumulator chains side by side)
   pool.parallel_for(
-      (count + kG - 1) / kG,
-      [&](int64_t g0, int64_t g1, int) {
+      (first[M] + kG - 1) / kG,
+      [&](int64_t c0, int64_t c1, int) {
+        thread_local std::vector<uint16_t> tiles;  // this thread's kG gathered tiles
+        if (tiles.size() < size_t(kG * n_kc * kPackTile)) tiles.resize(size_t(kG * n_kc * kPackTile));
         alignas(64) float tile_y[kG * 16];
-        for (int64_t gi = g0; gi < g1; ++gi) {
-          const int64_t i0 = gi * kG, n = imin(kG, count - i0);
+        int64_t r = 0;
+        for (int64_t ci = c0; ci < c1; ++ci) {
+          const int64_t g0 = ci * kG, n = imin(kG, first[M] - g0);
+          int32_t outs[kG][16];
+          int64_t row_of[kG], valid[kG];
           ListedTiles<kG> lt;
           RowPerTile<float, kG> rf;
           RowPerTile<uint16_t, kG> rb;
           for (int g = 0; g < kG; ++g) {
-            const int64_t i = i0 + imin(g, n - 1);
-            lt.w[g] = wp + int64_t(tile[i]) * n_kc * kPackTile;
-            rf.x[g] = xf + int64_t(row[i]) * xs;
-            rb.x[g] = xb + int64_t(row[i]) * Kp;
+            const int64_t gi = g0 + imin(g, n - 1);
+            while (gi >= first[r + 1]) ++r;
+            while (gi < first[r]) --r;
+            const int64_t j0 = (gi - first[r]) * 16;
+            valid[g] = imin(16, counts[r] - j0);
+            row_of[g] = r;
+            for (int j = 0; j < 16; ++j) outs[g][j] = idx[r * cap + j0 + imin(j, valid[g] - 1)];
+            uint16_t* t = tiles.data() + g * n_kc * kPackTile;
+            if (g < n) gather_bf16_tile(wr, K, outs[g], n_kc, t);
+            lt.w[g] = g < n ? t : lt.w[0];
+            rf.x[g] = xf + r * xs;
+            rb.x[g] = xb + r * Kp;
           }
           if (fma)
             fma_tiles<1, kG>(rf, lt, n_kc, 0, kG * 16, tile_y, 0);
           else
             packed_bf16_tiles<1, kG>(rb, lt, n_kc, 0, kG * 16, tile_y, 0);
-          for (int64_t g = 0; g < n; ++g) {
-            const int64_t n0 = 16 * int64_t(tile[i0 + g]);
-            std::memcpy(y + int64_t(row[i0 + g]) * N + n0, tile_y + 16 * g,
-                        sizeof(float) * size_t(imin(16, N - n0)));
-          }
+          for (int64_t g = 0; g < n; ++g)
+            for (int64_t j = 0; j < valid[g]; ++j) y[row_of[g] * N + outs[g][j]] = tile_y[16 * g + j];
         }
       },
       1);
