@@ -88,9 +88,7 @@ void PipelineLM::release(int32_t seq) {
   }
 }
 
-int64_t PipelineLM::weight_bytes_per_token(bool greedy_picks) const {
-  return stage_->weight_bytes_per_token(greedy_picks);
-}
+CausalLM::StepBytes PipelineLM::weight_bytes_per_step() const { return stage_->weight_bytes_per_step(); }
 
 void PipelineLM::forward(const ForwardBatch& b, BatchOut& out) {
   forward_begin(b);

@@ -65,7 +65,7 @@ class PipelineLM final : public CausalLM {
   void lm_head_argmax(const float* x_normed, int64_t n, int32_t* out) override {
     stage_->lm_head_argmax(x_normed, n, out);
   }
-  int64_t weight_bytes_per_token(bool greedy_picks) const override;
+  StepBytes weight_bytes_per_step() const override;
 
  private:
   void send_all(const StepCommand& c);

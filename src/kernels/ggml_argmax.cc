@@ -74,7 +74,7 @@
 namespace dfl::ops {
 namespace {
 
-std::atomic<uint64_t> g_screened{0}, g_candidates{0}, g_full{0}, g_plane{0};
+std::atomic<uint64_t> g_screened{0}, g_candidates{0}, g_full{0}, g_plane{0}, g_rows{0}, g_logits{0};
 
 bool screenable(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ6_K;
@@ -189,6 +189,7 @@ void logits_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, int32_
   thread_local std::vector<float> y;
   const int64_t V = w.n_out;
   constexpr int64_t kRows = 64;  // bounds the logits buffer
+  g_logits.fetch_add(uint64_t(n_rows), std::memory_order_relaxed);
   for (int64_t m0 = 0; m0 < n_rows; m0 += kRows) {
     const int64_t M = std::min(kRows, n_rows - m0);
     if (y.size() < static_cast<size_t>(M * V)) y.resize(static_cast<size_t>(M * V));
@@ -226,6 +227,8 @@ ArgmaxStats argmax_stats() {
   s.candidates = g_candidates.load(std::memory_order_relaxed);
   s.full_rows = g_full.load(std::memory_order_relaxed);
   s.plane_rows = g_plane.load(std::memory_order_relaxed);
+  s.rows = g_rows.load(std::memory_order_relaxed);
+  s.logits_rows = g_logits.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -507,6 +510,7 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
 void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
                    const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
   if (n_rows <= 0) return;
+  g_rows.fetch_add(uint64_t(n_rows), std::memory_order_relaxed);
   const int64_t K = w.n_in, V = w.n_out;
   const bool bf16 = w.dtype == DType::kBF16;
   const bool matches = !screen.empty() && screen.dtype == w.dtype && screen.n_in == K &&

@@ -131,13 +131,13 @@ void DecoderLM::norm_and_lm_head(const float* x, int64_t n, float* logits) {
   head_.norm_logits(x, n, logits, head_tmp_, pool_);
 }
 
-int64_t DecoderLM::weight_bytes_per_token(bool greedy_picks) const {
-  int64_t b = 0;
-  for (const auto& l : layers_) b += l.matrix_bytes(cfg_);  // (placeholders read nothing)
-  const int64_t head = greedy_picks && head_.screen.plane ? int64_t(head_.screen.plane->size())
-                                                          : weight_bytes(head_.lm_head);
-  return b + head +
-         (embeds() ? cfg_.hidden_size * int64_t(dtype_size(head_.embed.dtype)) : 0);
+CausalLM::StepBytes DecoderLM::weight_bytes_per_step() const {
+  StepBytes b;
+  for (const auto& l : layers_) b.body += l.matrix_bytes(cfg_);  // (placeholders read nothing)
+  if (embeds()) b.body += cfg_.hidden_size * int64_t(dtype_size(head_.embed.dtype));
+  b.head = weight_bytes(head_.lm_head);
+  b.head_plane = head_.screen.plane ? int64_t(head_.screen.plane->size()) : 0;
+  return b;
 }
 
 void DecoderLM::capture_taps(const ForwardBatch& b, int32_t index, BatchOut& out) const {

@@ -52,7 +52,7 @@ class DecoderLM : public CausalLM {
   void norm_and_lm_head(const float* x, int64_t n, float* logits) override;
   void lm_head(const float* x_normed, int64_t n, float* logits) override;
   void lm_head_argmax(const float* x_normed, int64_t n, int32_t* out) override;
-  int64_t weight_bytes_per_token(bool greedy_picks) const override;
+  StepBytes weight_bytes_per_step() const override;
   std::vector<KvLayerSpec> kv_layers() const override { return kv_layout(cfg_, begin_, end_); }
 
   // The stage's layer range [layer_begin, layer_end) (everything for a whole model).

@@ -152,9 +152,18 @@ class CausalLM {
   // computed without the logits where the head allows (ops::matmul_argmax). This default runs
   // lm_head.
   virtual void lm_head_argmax(const float* x_normed, int64_t n, int32_t* out);
-  // Bytes of weights one decode step reads (for roofline figures); greedy_picks: a step that
-  // takes lm_head_argmax (a Q8_0 head's screen streams its 6-bit plane instead of the weights).
-  virtual int64_t weight_bytes_per_token(bool greedy_picks) const = 0;
+  // Bytes of weights one decode step reads (for roofline figures): everything but the output
+  // head, the head's weights, and the greedy screen's plane (0: the head has none), which a step
+  // that takes lm_head_argmax streams instead of the weights while the screen runs.
+  struct StepBytes {
+    int64_t body = 0, head = 0, head_plane = 0;
+  };
+  virtual StepBytes weight_bytes_per_step() const = 0;
+  // body + the head as a step reads it; greedy_picks: through lm_head_argmax (its plane if any).
+  int64_t weight_bytes_per_token(bool greedy_picks) const {
+    const StepBytes b = weight_bytes_per_step();
+    return b.body + (greedy_picks && b.head_plane > 0 ? b.head_plane : b.head);
+  }
 
  private:
   BatchOut one_seq_out_;  // forward(ForwardArgs): reused, so no per-call zero-fill of logits
