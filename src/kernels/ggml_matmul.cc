@@ -347,10 +347,10 @@ void int8_calls(const float* x, int64_t n_rows, const MatmulOut* outs, int n, bo
     }
     cpu::GgmlAct a = act.view(q0);
     a.pair = split ? Mx : 0;  // the kernels add y(q2) into y(q) as they write
-    if (n > 1 && !amx && isa == IsaLevel::kAvx512) {  // one pool job for all, where packed
-      const WeightMatrix* ws[8];
-      float* ys[8];
-      for (int i = 0; i < n && i < 8; ++i) ws[i] = outs[i].w, ys[i] = outs[i].y + m0 * outs[i].w->n_out;
+    if (n > 1 && n <= cpu::avx512::kPackedManyMax && !amx && isa == IsaLevel::kAvx512) {
+      const WeightMatrix* ws[cpu::avx512::kPackedManyMax];  // one pool job for all, where packed
+      float* ys[cpu::avx512::kPackedManyMax];
+      for (int i = 0; i < n; ++i) ws[i] = outs[i].w, ys[i] = outs[i].y + m0 * outs[i].w->n_out;
       if (cpu::avx512::matmul_packed_many(a, M, ws, ys, n, pool)) continue;
     }
     for (int i = 0; i < n; ++i)

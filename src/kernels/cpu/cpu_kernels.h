@@ -122,10 +122,11 @@ void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Q4_K repacked by prepack_weight (kPackedQ4K16; layout in cpu/ggml_avx512.cc).
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
-// ys[i] := the matmul of ws[i] (i < n ≤ 8) on the same activations a, as one pool job over all
+// ys[i] := the matmul of ws[i] (i < n ≤ kPackedManyMax) on the same activations a, as one pool job over all
 // their tiles (the same bits as matmul_q32x16 / q4k16 / q6k16 on each): the weights of one input
 // (q, k, v; gate, up) take one wait instead of n. False, and nothing computed, unless every
 // weight is in one of those three packed layouts (all of one activation block size, a.K).
+constexpr int kPackedManyMax = 8;
 bool matmul_packed_many(const GgmlAct& a, int64_t M, const WeightMatrix* const* ws, float* const* ys,
                         int n, ThreadPool& pool);
 // x: [M, K] fp32; xb: scratch for M * round_up(K, 32) bf16.

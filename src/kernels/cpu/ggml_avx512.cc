@@ -737,8 +737,7 @@ namespace dfl::cpu::avx512 {
 
 bool matmul_packed_many(const GgmlAct& a, int64_t M, const WeightMatrix* const* ws, float* const* ys,
                         int n, ThreadPool& pool) {
-  constexpr int kMaxParts = 8;
-  if (n < 1 || n > kMaxParts) return false;
+  if (n < 1 || n > kPackedManyMax) return false;
   bool q32 = false, q4k = false, q6k = false;
   for (int i = 0; i < n; ++i) {
     q32 |= ws[i]->packed_format == kPackedQ32x16;
@@ -766,7 +765,7 @@ bool matmul_packed_many(const GgmlAct& a, int64_t M, const WeightMatrix* const* 
   }
   const KPanel pk4 = q4k ? k_panel(a, M, false) : KPanel{};
   const KPanel pk6 = q6k ? k_panel(a, M, true) : KPanel{};
-  int64_t first[kMaxParts + 1] = {0};  // part i's tiles are [first[i], first[i + 1])
+  int64_t first[kPackedManyMax + 1] = {0};  // part i's tiles are [first[i], first[i + 1])
   for (int i = 0; i < n; ++i) first[i + 1] = first[i] + (ws[i]->n_out + 15) / 16;
   pool.parallel_for(first[n], [&](int64_t t0, int64_t t1, int) {
     for (int i = 0; i < n; ++i) {
