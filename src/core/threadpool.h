@@ -22,7 +22,9 @@
 // Waiting, on both sides: bounded spin (`pause`) then futex sleep (std::atomic::wait). Idle
 // workers spin set_spin() iterations after each job (ops of a forward pass come back to back);
 // the caller spins at most as long for the last chunks, then sleeps until the last one is done —
-// it does not keep a core busy that a descheduled worker needs.
+// it does not keep a core busy that a descheduled worker needs. While the scheduler keeps
+// preempting one of the pool's threads (another process on its core: involuntary context
+// switches, measured per thread about every 0.1 s), every thread spins only briefly.
 //
 // Contract: fn must not throw and must not call back into the same pool. One thread at a time
 // submits jobs.
@@ -78,6 +80,9 @@ class ThreadPool {
   void finish(uint32_t count, uint32_t chunks);
   void publish(bool is_static, int64_t count);
   void wait_done(uint32_t target);
+  // The spin of thread tid's next wait: spin_, or less while the scheduler preempts one of the
+  // pool's threads (threadpool.cc).
+  int spin_limit(int tid);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -99,6 +104,7 @@ class ThreadPool {
   alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<int> caller_sleeping_{0};
   std::atomic<int> spin_{1 << 15};
+  std::atomic<uint64_t> contended_{0};  // bit t % 64: thread t is being preempted lately
   std::atomic<bool> stop_{false};
 };
 
