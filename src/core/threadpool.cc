@@ -27,9 +27,10 @@ inline uint32_t lane_end(uint64_t w) { return static_cast<uint32_t>((w >> 16) & 
 // getrusage), every thread spins at most kContendedSpin: a spinning worker burns the share of
 // its core its next chunk needs, and a caller spinning for a preempted worker's chunk keeps
 // its own core from the scheduler, which a sleeping caller hands over (Emerald Rapids guest,
-// Gemma-3-270M, a busy loop on one of two CPUs, 5 interleaved rounds: tg64 84 → 104 tok/s, pp16
-// 404 → 441 at 256 pauses against 32768; the quiet machine lost 6–9 % at 256, hence only while
-// preempted). Each thread checks its own count every kCheckEvery waits, at most every
+// Gemma-3-270M, a busy loop on one of two CPUs, 5 interleaved rounds each: 256 pauses for
+// every wait against 32768, tg64 84 → 104 tok/s and pp16 404 → 441, but the quiet machine lost
+// 6–9 %; this rule, tg64 73 → 88 and pp16 394 → 436 loaded, the quiet speed unchanged). Each
+// thread checks its own count every kCheckEvery waits, at most every
 // kCheckNs, and sets or clears its bit of the pool's mask: contended from kContendedRate
 // preemptions a second over the window (there 25–36 per thread on the quiet machine, 150–180
 // with the busy loop).
@@ -60,7 +61,8 @@ int preempted_lately() {
                           std::chrono::steady_clock::now().time_since_epoch()).count();
   if (now - s.checked_ns < kCheckNs) return -1;
   const long n = involuntary_switches();
-  const bool hit = s.switches >= 0 && n >= 0 && double(n - s.switches) * 1e9 >= kContendedRate * double(now - s.checked_ns);
+  const bool hit = s.switches >= 0 && n >= 0 &&
+                   double(n - s.switches) * 1e9 >= kContendedRate * double(now - s.checked_ns);
   s.switches = n;
   s.checked_ns = now;
   return hit ? 1 : 0;
