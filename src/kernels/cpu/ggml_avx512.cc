@@ -738,9 +738,11 @@ namespace dfl::cpu::avx512 {
 bool matmul_packed_many(const GgmlAct& a, int64_t M, const WeightMatrix* const* ws, float* const* ys,
                         int n, ThreadPool& pool) {
   if (n < 1 || n > kPackedManyMax) return false;
-  bool q32 = false, q4k = false, q6k = false;
+  bool q32 = false, q4k = false, q6k = false, q5 = false, q4 = false;
   for (int i = 0; i < n; ++i) {
     q32 |= ws[i]->packed_format == kPackedQ32x16;
+    q5 |= ws[i]->packed_format == kPackedQ32x16 && ws[i]->dtype == DType::kQ5_0;
+    q4 |= ws[i]->packed_format == kPackedQ32x16 && ws[i]->dtype == DType::kQ4_0;
     q4k |= ws[i]->packed_format == kPackedQ4K16;
     q6k |= ws[i]->packed_format == kPackedQ6K16;
     if (ws[i]->packed_format != kPackedQ32x16 && ws[i]->packed_format != kPackedQ4K16 &&
@@ -755,7 +757,9 @@ bool matmul_packed_many(const GgmlAct& a, int64_t M, const WeightMatrix* const* 
     p32[0] = q32_panel(a, M, -(1 << kShift<int(DType::kQ8_0)>), 1.0f);
     const int shifts[2] = {kShift<int(DType::kQ5_0)>, kShift<int(DType::kQ4_0)>};
     const int64_t nb = a.K / 32;
+    const bool present[2] = {q5, q4};
     for (int j = 0; j < 2; ++j) {
+      if (!present[j]) continue;
       std::vector<int32_t>& nc = nc_more[j];
       if (nc.size() < size_t(nb * M)) nc.resize(size_t(nb * M));
       for (int64_t b = 0; b < nb; ++b)  // as q32_panel: nc [b][m] = corr_mul · Σ
