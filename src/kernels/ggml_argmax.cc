@@ -74,7 +74,7 @@
 namespace dfl::ops {
 namespace {
 
-std::atomic<uint64_t> g_screened{0}, g_candidates{0}, g_full{0}, g_plane{0}, g_rows{0}, g_logits{0};
+std::atomic<uint64_t> g_screened{0}, g_candidates{0}, g_full{0}, g_plane{0}, g_rows{0}, g_weight_rows{0};
 
 bool screenable(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ6_K;
@@ -189,7 +189,7 @@ void logits_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, int32_
   thread_local std::vector<float> y;
   const int64_t V = w.n_out;
   constexpr int64_t kRows = 64;  // bounds the logits buffer
-  g_logits.fetch_add(uint64_t(n_rows), std::memory_order_relaxed);
+  g_weight_rows.fetch_add(uint64_t(n_rows), std::memory_order_relaxed);
   for (int64_t m0 = 0; m0 < n_rows; m0 += kRows) {
     const int64_t M = std::min(kRows, n_rows - m0);
     if (y.size() < static_cast<size_t>(M * V)) y.resize(static_cast<size_t>(M * V));
@@ -228,7 +228,7 @@ ArgmaxStats argmax_stats() {
   s.full_rows = g_full.load(std::memory_order_relaxed);
   s.plane_rows = g_plane.load(std::memory_order_relaxed);
   s.rows = g_rows.load(std::memory_order_relaxed);
-  s.logits_rows = g_logits.load(std::memory_order_relaxed);
+  s.weight_rows = g_weight_rows.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -555,8 +555,10 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     if (on_plane) {
       plane_matmul(a1, M, screen, V, y1.data(), pool);
       g_plane.fetch_add(uint64_t(M), std::memory_order_relaxed);
-    } else
+    } else {
       ggml_kernel(a1, M, w, y1.data(), pool, isa, amx);
+      g_weight_rows.fetch_add(uint64_t(M), std::memory_order_relaxed);
+    }
     // (thread_local buffers are named through pointers: in a worker, y1 is the worker's own)
     const cpu::GgmlAct a2 = q2.view(0);
     const float* y1p = y1.data();

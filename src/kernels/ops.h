@@ -357,12 +357,13 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w, const 
                    int32_t* out, ThreadPool& pool);
 // matmul_argmax's screened path since the process started: rows it finished, outputs it
 // finished exactly in them, rows it computed in full instead, rows screened on a 6-bit plane
-// (of screened_rows or full_rows); and of every call: its rows, and those whose logits were
-// computed (the full_rows, and the rows of calls that took the logits path: no screen, or a
-// screen stepping aside) — the rows that streamed the whole weight (relaxed counters).
+// (of screened_rows or full_rows); and of every call: its rows, and the times a row streamed the
+// whole weight — its logits computed (the full_rows, and the rows of calls that took the logits
+// path: no screen, or a screen stepping aside) or its screen run on the weights themselves (no
+// plane); a given-up row of such a screen counts twice (relaxed counters).
 struct ArgmaxStats {
   uint64_t screened_rows = 0, candidates = 0, full_rows = 0, plane_rows = 0;
-  uint64_t rows = 0, logits_rows = 0;
+  uint64_t rows = 0, weight_rows = 0;
 };
 ArgmaxStats argmax_stats();
 

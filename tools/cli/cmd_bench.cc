@@ -364,18 +364,18 @@ int cmd_bench(int argc, char** argv) {
     const ops::ArgmaxStats s1 = ops::argmax_stats();
     kv.clear(0);
     const Stat r = rate(t, tg);
-    // The head's bytes as the timed steps read them: a screened step streams the plane, a step
-    // that computed its logits (no screen, the screen stepping aside, a row it gave up) the
-    // weights. (A flat random head makes the screen step aside: counting its plane alone would
-    // understate the stream.)
+    // The head's bytes as the timed steps read them: a step screened on the plane streams the
+    // plane; a step that computed its logits (no screen, the screen stepping aside, a row it gave
+    // up) or was screened on the weights themselves streams the weights. (A flat random head
+    // makes the screen step aside: counting its plane alone would understate the stream.)
     double decode_bytes = bytes_tok;
     if (picks_only && s1.rows > s0.rows) {
       const CausalLM::StepBytes sb = target->weight_bytes_per_step();
       const double steps = double(s1.rows - s0.rows);
       decode_bytes = double(sb.body) + double(sb.head_plane) * double(s1.plane_rows - s0.plane_rows) / steps +
-                     double(sb.head) * double(s1.logits_rows - s0.logits_rows) / steps;
+                     double(sb.head) * double(s1.weight_rows - s0.weight_rows) / steps;
       J["decode_bytes_per_token"] = int64_t(decode_bytes);
-      J["decode_head_logits_share"] = double(s1.logits_rows - s0.logits_rows) / steps;
+      J["decode_head_weight_reads"] = double(s1.weight_rows - s0.weight_rows) / steps;
     }
     decode_tok_s = r.median;
     J["decode_tok_s"] = r.median;
