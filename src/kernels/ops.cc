@@ -303,7 +303,7 @@ static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q
 // Element-wise ops: rows (or 64-element runs) are independent, so prefill-sized calls are split
 // over the pool; each element is computed by the same code wherever the split falls.
 namespace {
-constexpr int64_t kParallelElems = int64_t(1) << 16;
+constexpr int64_t kParallelElems = int64_t(1) << 13;
 
 template <typename Fn>
 void over_rows(ThreadPool* pool, int64_t n_rows, int64_t row_elems, Fn&& fn) {
@@ -397,6 +397,12 @@ void softcap(float* x, int64_t n, float cap, ThreadPool* pool) {
     if (isa == IsaLevel::kAvx2) return cpu::avx2::softcap(x + o, len, cap);
     softcap_portable(x + o, len, cap);
   });
+}
+
+void to_bf16(const float* x, int64_t n, uint16_t* y, int64_t ys) {
+  DFL_ASSERT(ys == 1 || ys == 2);
+  if (cpu_isa() == IsaLevel::kAvx512) return cpu::avx512::to_bf16(x, n, y, ys);
+  for (int64_t i = 0; i < n; ++i) y[i * ys] = f32_to_bf16(x[i]);
 }
 
 void scale_inplace(float* x, int64_t n, float s, ThreadPool* pool) {

@@ -252,6 +252,10 @@ void softcap(float* x, int64_t n, float cap, ThreadPool* pool = nullptr);
 // x[i] *= s (one rounding: bit-identical on every ISA level)
 void scale_inplace(float* x, int64_t n, float s, ThreadPool* pool = nullptr);
 
+// y[i·ys] = f32_to_bf16(x[i]), i < n (ys = 1 or 2; ys = 2 leaves the uint16s between untouched):
+// RNE, NaN kept and quieted — core/dtype.h's rounding bit for bit on every ISA level.
+void to_bf16(const float* x, int64_t n, uint16_t* y, int64_t ys = 1);
+
 // NeoX (rotate-half) RoPE on the leading `n_rot` dims of each head, in place.
 //   x: [n_rows, n_heads, head_dim] (row stride `row_stride` floats)
 //   cos, sin: [n_rows, n_rot / 2] (already include any attention scaling, e.g. YaRN mscale)

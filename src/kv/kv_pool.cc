@@ -93,11 +93,9 @@ void KvPool::write_bf16_row(int32_t il, uint16_t* kpage, uint16_t* vpage, int32_
   const KvLayerSpec& l = layers_[il];
   for (int32_t h = 0; h < l.n_kv_heads; ++h) {
     uint16_t* kd = kpage + kv_bf16_k_index(page_slots, l.d_k, h, row, 0);
-    const float* ks = k + size_t(h) * l.d_k;
-    for (int32_t d = 0; d < l.d_k; ++d) kd[d] = f32_to_bf16(ks[d]);
+    ops::to_bf16(k + size_t(h) * l.d_k, l.d_k, kd);
     uint16_t* vd = vpage + kv_bf16_v_index(page_slots, l.d_v, h, row, 0);
-    const float* vs = v + size_t(h) * l.d_v;
-    for (int32_t d = 0; d < l.d_v; ++d) vd[2 * d] = f32_to_bf16(vs[d]);
+    ops::to_bf16(v + size_t(h) * l.d_v, l.d_v, vd, 2);
   }
 }
 int32_t* KvPool::ring_pos(int32_t seq, int32_t il) const {

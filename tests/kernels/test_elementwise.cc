@@ -5,7 +5,8 @@
 // rms_norm is checked per row for batch invariance (bit-exact across n_rows). gelu_tanh_mul and
 // softcap vs double references: gelu max relative error < 1.5e-6 for |x| ≤ 4 (condition-aware
 // beyond: see the test), softcap < 1e-6, tanh ≤ 4 ulp (measured values
-// are printed); offsets, lengths, aliasing and pool splits bit-exact.
+// are printed); offsets, lengths, aliasing and pool splits bit-exact. to_bf16: known RNE
+// encodings and core/dtype.h's rounding, bit-exact.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -189,6 +190,41 @@ TEST(Elementwise, ScaleInplaceIsExact) {
       ops::scale_inplace(a.data(), n, 0.0883883f);
       for (auto& v : b) v *= 0.0883883f;
       ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n * 4)) << isa_name(isa);
+    }
+  }
+}
+
+// to_bf16 is IEEE round-to-nearest-even with NaN quieted: known encodings (ties to even both
+// ways, the carry into the exponent, overflow to inf, denormals, NaN payloads), then random and
+// special values of every length against core/dtype.h; ys = 2 leaves the odd uint16s alone.
+TEST(Elementwise, ToBf16RoundsToNearestEven) {
+  auto f = [](uint32_t u) { float x; std::memcpy(&x, &u, 4); return x; };
+  const std::vector<std::pair<uint32_t, uint16_t>> known = {
+      {0x3f800000u, 0x3f80}, {0x3f808000u, 0x3f80}, {0x3f818000u, 0x3f82}, {0x3f808001u, 0x3f81},
+      {0xbf80ffffu, 0xbf81}, {0x3fffffffu, 0x4000}, {0x7f7fffffu, 0x7f80}, {0x7f800000u, 0x7f80},
+      {0xff800000u, 0xff80}, {0x00000001u, 0x0000}, {0x00008000u, 0x0000}, {0x00018000u, 0x0002},
+      {0x7f800001u, 0x7fc0}, {0xffc12345u, 0xffc1}, {0x80000000u, 0x8000}};
+  std::vector<float> specials;
+  for (const auto& [u, h] : known) specials.push_back(f(u));
+  for (IsaLevel isa : test::isa_levels()) {
+    test::IsaScope scope(isa);
+    std::vector<uint16_t> got(specials.size());
+    ops::to_bf16(specials.data(), int64_t(specials.size()), got.data());
+    for (size_t i = 0; i < known.size(); ++i)
+      ASSERT_EQ(got[i], known[i].second) << isa_name(isa) << " 0x" << std::hex << known[i].first;
+    for (int64_t n : {1, 7, 15, 16, 17, 33, 128, 1000}) {
+      auto x = randn(n, n + 7);
+      for (int64_t i = 0; i < n; i += 5) x[size_t(i)] = specials[size_t(i / 5) % specials.size()];
+      std::vector<uint16_t> y1(size_t(n) + 1, 0xabcd), y2(2 * size_t(n) + 1, 0xabcd);
+      ops::to_bf16(x.data(), n, y1.data());
+      ops::to_bf16(x.data(), n, y2.data() + 1, 2);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(y1[size_t(i)], f32_to_bf16(x[size_t(i)])) << isa_name(isa) << " n " << n << " i " << i;
+        ASSERT_EQ(y2[size_t(2 * i + 1)], f32_to_bf16(x[size_t(i)])) << isa_name(isa) << " ys 2, i " << i;
+        ASSERT_EQ(y2[size_t(2 * i)], 0xabcd) << isa_name(isa) << " ys 2 wrote between, i " << i;
+      }
+      ASSERT_EQ(y1[size_t(n)], 0xabcd) << isa_name(isa) << " wrote past n";
+      ASSERT_EQ(y2[2 * size_t(n)], 0xabcd) << isa_name(isa) << " ys 2 wrote past n";
     }
   }
 }

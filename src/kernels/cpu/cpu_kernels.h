@@ -186,6 +186,7 @@ void add_inplace(float* y, const float* x, int64_t n);
 void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
 void softcap(float* x, int64_t n, float cap);
 void scale_inplace(float* x, int64_t n, float s);
+void to_bf16(const float* x, int64_t n, uint16_t* y, int64_t ys);
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin);
 // ops::delta_rule_step for dv % 16 == 0.

@@ -310,6 +310,7 @@ void fma_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t N, floa
     for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
   for (int64_t kc = 0; kc < n_kc; ++kc) {
     const int64_t ko = kc * kPackTile;
+#pragma GCC unroll 16
     for (int kp = 0; kp < 16; ++kp) {
       __m512 w_even[G], w_odd[G];
       for (int g = 0; g < G; ++g) {
