@@ -206,9 +206,41 @@ void packed_bf16_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t
 
 // Both packed-layout drivers walk the same grid: the tiles in groups of G (the last, partial
 // group one tile at a time) on the pool, the rows in blocks of MR; rows(part, g, mr, m0, wt, n0,
-// pull) runs one micro-kernel of g tiles (G or 1) of weight `part` from tile pointer wt / output
-// n0 over rows m0..m0+mr-1, pulling `pull`'s tiles into L2 along the way. Several weights of one input (PackedPart: same K) are one pool job,
+// pull, tid) runs one micro-kernel of g tiles (G or 1) of weight `part` from tile pointer wt /
+// output n0 over rows m0..m0+mr-1 on pool thread tid, pulling `pull`'s tiles into L2 along the
+// way. Several weights of one input (PackedPart: same K) are one pool job,
 // their groups one after the other.
+// The activation copy a kernel reads, made by each pool thread for itself on its first group
+// (thread 0, the caller, in the scratch it passed; a worker in its own buffer): no thread waits
+// for a serial conversion, and none reads a copy that another core wrote. (A pure function of
+// x: every copy holds the same values.)
+template <class T>
+class ThreadCopies {
+ public:
+  ThreadCopies(int n_threads, T* caller, int64_t n) : caller_(caller), n_(n) {
+    thread_local std::vector<const T*> made;
+    made.assign(static_cast<size_t>(n_threads), nullptr);
+    made_ = made.data();
+  }
+  template <class Convert>
+  const T* get(int tid, Convert&& convert) {
+    if (made_[tid]) return made_[tid];
+    T* dst = caller_;
+    if (tid != 0) {
+      thread_local std::vector<T> own;  // in a worker: the worker's own
+      if (own.size() < static_cast<size_t>(n_ + 64 / sizeof(T))) own.resize(static_cast<size_t>(n_ + 64 / sizeof(T)));
+      dst = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(own.data()) + 63) & ~uintptr_t(63));
+    }
+    convert(dst);
+    return made_[tid] = dst;
+  }
+
+ private:
+  T* caller_;
+  int64_t n_;
+  const T** made_;
+};
+
 struct PackedPart {
   const uint16_t* wp;  // the packed tiles
   int64_t N;           // outputs
@@ -220,7 +252,7 @@ void walk_packed_tiles(int64_t M, const PackedPart* parts, int n_parts, int64_t 
   auto groups_of = [G](int64_t N) { return ((N + 15) / 16 + G - 1) / G; };
   int64_t n_groups = 0;
   for (int i = 0; i < n_parts; ++i) n_groups += groups_of(parts[i].N);
-  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1, int) {
+  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1, int tid) {
     int part = 0;
     int64_t first = 0;  // the global index of part's first group
     for (int64_t gi = g0; gi < g1; ++gi) {
@@ -248,11 +280,11 @@ void walk_packed_tiles(int64_t M, const PackedPart* parts, int n_parts, int64_t 
         if (nt == G) {
           Pull pull{next, n_kc * kPackTile, 0};
           for (int64_t g = pass; g < n_next; g += passes) pull.tiles |= 1u << g;
-          rows(pp, G, mr, m0, pp.wp + t0 * n_kc * kPackTile, t0 * 16, pull);
+          rows(pp, G, mr, m0, pp.wp + t0 * n_kc * kPackTile, t0 * 16, pull, tid);
           continue;
         }
         for (int64_t t = 0; t < nt; ++t)
-          rows(pp, 1, mr, m0, pp.wp + (t0 + t) * n_kc * kPackTile, (t0 + t) * 16, Pull{});
+          rows(pp, 1, mr, m0, pp.wp + (t0 + t) * n_kc * kPackTile, (t0 + t) * 16, Pull{}, tid);
       }
     }
   });
@@ -360,7 +392,7 @@ void matmul_bf16_packed_fma(const float* x, int64_t M, const PackedPart* parts, 
                             ThreadPool& pool, float* xf) {
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   const int64_t xs = fma_x_stride(K);
-  to_bf16_fp32_rows(x, M, K, Kp, xs, xf);
+  ThreadCopies<float> copies(pool.n_threads(), xf, M * xs);
   // Tiles per group by M (MR·G + 2G ≤ 28): more weight streams for few rows, rows in blocks of
   // ≤ 8 beyond 4 (Emerald Rapids, 2 threads, M = 16: 3072×1024 in 362 µs = 139 GMAC/s, 8 rows ×
   // 2 tiles; 16 rows × 1 tile 428 µs). Only who computes what, never the arithmetic.
@@ -368,9 +400,10 @@ void matmul_bf16_packed_fma(const float* x, int64_t M, const PackedPart* parts, 
   const int64_t MR = G == 8 ? 1 : G == 6 ? 2 : G == 4 ? 4 : 8;
   walk_packed_tiles(M, parts, n_parts, n_kc, G, MR, pool,
                     [&](const PackedPart& pp, int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0,
-                        Pull pull) {
+                        Pull pull, int tid) {
                       const int64_t N = pp.N;
-                      const float* xr = xf + m0 * xs;
+                      const float* xr =
+                          copies.get(tid, [&](float* dst) { to_bf16_fp32_rows(x, M, K, Kp, xs, dst); }) + m0 * xs;
                       float* yr = pp.y + m0 * N;
                       switch (g) {
                         case 8: return fma_rows<8>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
@@ -553,16 +586,17 @@ void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* cons
   }
   if (fma) return matmul_bf16_packed_fma(x, M, parts, n, K, pool, reinterpret_cast<float*>(xb));
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
-  to_bf16_rows(x, M, K, Kp, xb);
+  ThreadCopies<uint16_t> copies(pool.n_threads(), xb, M * Kp);
   // Tiles per micro-kernel by M (MR·G ≤ 24; rows in blocks of ≤ 6): more weight streams for few
   // rows. The grouping only decides who computes what, never the arithmetic.
   const int G = M <= 3 ? 8 : M <= 4 ? 6 : 4;
   const int64_t MRmax = G == 8 ? 3 : G == 6 ? 4 : 6;
   walk_packed_tiles(M, parts, n, n_kc, G, MRmax, pool,
                     [&](const PackedPart& pp, int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0,
-                        Pull pull) {
+                        Pull pull, int tid) {
                       const int64_t N = pp.N;
-                      const uint16_t* xr = xb + m0 * Kp;
+                      const uint16_t* xr =
+                          copies.get(tid, [&](uint16_t* dst) { to_bf16_rows(x, M, K, Kp, dst); }) + m0 * Kp;
                       float* yr = pp.y + m0 * N;
                       switch (g) {
                         case 8: return packed_bf16_rows<8>(mr, xr, Kp, wt, n_kc, n0, N, yr, N, pull);
