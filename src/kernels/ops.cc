@@ -300,8 +300,10 @@ static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q
 
 // ---- dispatch ---------------------------------------------------------------------------------
 
-// Element-wise ops: rows (or 64-element runs) are independent, so prefill-sized calls are split
-// over the pool; each element is computed by the same code wherever the split falls.
+// Element-wise ops: rows (or 64-element runs) are independent, so calls of a verify block's size
+// and up are split over the pool; each element is computed by the same code wherever the split
+// falls. (8K: a 16-row block of a 1024-wide model's norms is 16K; a decode row stays on the
+// caller, where waking the worker would cost more than it saves.)
 namespace {
 constexpr int64_t kParallelElems = int64_t(1) << 13;
 

@@ -271,7 +271,7 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
 void delta_rule_step(const float* s_in, float* s_out, const float* k, const float* q, const float* v,
                      float decay, float beta, int32_t dk, int32_t dv, float* o);
 
-// Element-wise ops above take an optional pool: calls of ≥ 64K elements are split over it by
+// Element-wise ops above take an optional pool: calls of ≥ 8K elements are split over it by
 // rows (silu_mul / add_inplace / gelu_tanh_mul / softcap / scale_inplace: runs of 64 elements).
 // Results do not depend on the split, and element i's result depends only on element i (not on
 // n or on where a call starts).
