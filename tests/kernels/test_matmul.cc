@@ -256,7 +256,7 @@ TEST(Matmul, PackedBf16FmaIsVdpbf16psOnIntel) {
     for (int64_t N : {16, 67, 200}) {
       TestWeight t;
       make_weight(t, Fmt::kBF16Pack, N, K, static_cast<uint32_t>(N * 7 + K));
-      for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 16, 17, 33}) {
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 12, 13, 16, 17, 33}) {
         const auto x = randn(M * K, static_cast<uint32_t>(M + K + N));
         std::vector<float> yd(M * N), yf(M * N);
         set_bf16_dot(Bf16Dot::kDpbf16);
