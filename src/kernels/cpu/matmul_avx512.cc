@@ -262,7 +262,9 @@ void walk_packed_tiles(int64_t M, const PackedPart* parts, int n_parts, int64_t 
       // Several row blocks (passes) over a group: the first would stream its tiles from DRAM
       // and the others compute from cache, one after the other. So pass p pulls the next
       // group's tiles g ≡ p (mod passes) into L2 as it goes, and the stream overlaps the FMAs
-      // (0.6B bf16 verify t(16) on Emerald Rapids −5–8 %). The next group may open the next part.
+      // (Emerald Rapids, 0.6B bf16 verify t(16) −3–8 % while 16 FMA rows took two passes; they
+      // now take one, so this serves longer blocks and the vdpbf16ps form's 6-row passes). The
+      // next group may open the next part.
       const int64_t passes = (M + MR - 1) / MR;
       const uint16_t* next = nullptr;
       int64_t n_next = 0;
