@@ -204,12 +204,6 @@ void packed_bf16_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t
   store_tiles<MR, G>(acc, n0, N, y, ldy);
 }
 
-// Both packed-layout drivers walk the same grid: the tiles in groups of G (the last, partial
-// group one tile at a time) on the pool, the rows in blocks of MR; rows(part, g, mr, m0, wt, n0,
-// pull, tid) runs one micro-kernel of g tiles (G or 1) of weight `part` from tile pointer wt /
-// output n0 over rows m0..m0+mr-1 on pool thread tid, pulling `pull`'s tiles into L2 along the
-// way. Several weights of one input (PackedPart: same K) are one pool job,
-// their groups one after the other.
 // The activation copy a kernel reads, made by each pool thread for itself on its first group
 // (thread 0, the caller, in the scratch it passed; a worker in its own buffer): no thread waits
 // for a serial conversion, and none reads a copy that another core wrote. (A pure function of
@@ -241,6 +235,12 @@ class ThreadCopies {
   const T** made_;
 };
 
+// Both packed-layout drivers walk the same grid: the tiles in groups of G (the last, partial
+// group one tile at a time) on the pool, the rows in blocks of MR; rows(part, g, mr, m0, wt, n0,
+// pull, tid) runs one micro-kernel of g tiles (G or 1) of weight `part` from tile pointer wt /
+// output n0 over rows m0..m0+mr-1 on pool thread tid, pulling `pull`'s tiles into L2 along the
+// way. Several weights of one input (PackedPart: same K) are one pool job, their groups one
+// after the other.
 struct PackedPart {
   const uint16_t* wp;  // the packed tiles
   int64_t N;           // outputs
