@@ -126,8 +126,8 @@ void quantize_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, f
   }
 }
 
-// quantize_act on the ISA level's code, rows split over the pool from 8K elements (a 16-row verify
-// block of a 640-wide model: 10K; the same split rule as the element-wise ops).
+// quantize_act on the ISA level's code, rows split over the pool from kParallelElems elements
+// (ops.h: the element-wise ops' rule).
 void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
                    int32_t* s16, int32_t* s32, float* resid, IsaLevel isa, ThreadPool& pool) {
   auto rows = [&](int64_t m0, int64_t m1, int) {
@@ -146,7 +146,7 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, 
       quantize_act(x + m0 * K, n, K, ab, qm, dm, sm, s32m, rm);
     }
   };
-  if (M * K >= 8192 && pool.n_threads() > 1)
+  if (M * K >= kParallelElems && pool.n_threads() > 1)
     pool.parallel_for(M, rows, 1);
   else
     rows(0, M, 0);

@@ -300,12 +300,10 @@ static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q
 
 // ---- dispatch ---------------------------------------------------------------------------------
 
-// Element-wise ops: rows (or 64-element runs) are independent, so calls of a verify block's size
+// Element-wise ops: rows (or 64-element runs) are independent, so calls of kParallelElems (ops.h)
 // and up are split over the pool; each element is computed by the same code wherever the split
-// falls. (8K: a 16-row block of a 1024-wide model's norms is 16K; a decode row stays on the
-// caller, where waking the worker would cost more than it saves.)
+// falls.
 namespace {
-constexpr int64_t kParallelElems = int64_t(1) << 13;
 
 template <typename Fn>
 void over_rows(ThreadPool* pool, int64_t n_rows, int64_t row_elems, Fn&& fn) {

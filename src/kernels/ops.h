@@ -271,10 +271,13 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
 void delta_rule_step(const float* s_in, float* s_out, const float* k, const float* q, const float* v,
                      float decay, float beta, int32_t dk, int32_t dv, float* o);
 
-// Element-wise ops above take an optional pool: calls of ≥ 8K elements are split over it by
-// rows (silu_mul / add_inplace / gelu_tanh_mul / softcap / scale_inplace: runs of 64 elements).
-// Results do not depend on the split, and element i's result depends only on element i (not on
-// n or on where a call starts).
+// Element-wise ops above take an optional pool: calls of ≥ kParallelElems elements are split over
+// it by rows (silu_mul / add_inplace / gelu_tanh_mul / softcap / scale_inplace: runs of 64
+// elements); so is the GGUF activation quantization. Results do not depend on the split, and
+// element i's result depends only on element i (not on n or on where a call starts).
+// 8K: a 16-row verify block of a 640- or 1024-wide model is 10K–16K; a decode row stays on the
+// caller, where waking the worker would cost more than it saves.
+constexpr int64_t kParallelElems = int64_t(1) << 13;
 
 // Attention of n_q queries over n_kv cache slots with online softmax in fp32.
 //   q:     [n_q, n_heads, d_qk]            q_pos: [n_q] absolute positions
