@@ -1,9 +1,16 @@
 #include "core/threadpool.h"
 
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csetjmp>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 
 namespace dfl {
@@ -19,8 +26,81 @@ inline uint32_t word_seq(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
 inline bool word_static(uint64_t w) { return (w & kStaticBit) != 0; }
 inline uint32_t word_count(uint64_t w) { return static_cast<uint32_t>((w >> 16) & 0x7fff); }
 inline uint32_t word_next(uint64_t w) { return static_cast<uint32_t>(w & 0xffff); }
-// Lane word: [63:32] job sequence, [31:16] end (one past the lane's last chunk), [15:0] next.
-inline uint32_t lane_end(uint64_t w) { return static_cast<uint32_t>((w >> 16) & 0xffff); }
+// Lane word: [63:32] job sequence, [31] redoable, [30:16] end (one past the lane's last chunk),
+// [15:0] next.
+inline uint32_t lane_end(uint64_t w) { return static_cast<uint32_t>((w >> 16) & 0x7fff); }
+constexpr uint64_t kRedoLane = uint64_t(1) << 31;
+constexpr uint64_t kRedoJob = 1;  // in claim_
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// ---- Redoable jobs: revoking a worker that sits on a chunk (threadpool.h) -------------------
+// A worker's slot word: [63:2] job sequence, [1:0] one of these.
+constexpr uint64_t kRunning = 1, kReported = 2, kRevoked = 3;
+inline uint64_t slot_word(uint32_t seq, uint64_t st) { return (uint64_t(seq) << 2) | st; }
+inline uint32_t slot_seq(uint64_t w) { return static_cast<uint32_t>(w >> 2); }
+constexpr int kMaxRedoChunks = 64;  // a job's finished chunks are one 64-bit mask per thread
+// How long the caller waits for a worker's last chunk before it revokes the worker: twice its
+// own chunks' mean time, at least this (a running worker finishes well within it).
+constexpr int64_t kRevokeMinNs = 10'000;
+
+// What the signal handler needs to know about its thread. The handler runs on the revoked
+// worker: if that worker is inside a chunk of the job whose claim was revoked, it jumps back to
+// run_redoable, abandoning the chunk (after a NoAbandon scope, if it is in one).
+struct RedoThread {
+  volatile sig_atomic_t in_chunk = 0;
+  volatile sig_atomic_t no_abandon = 0;  // NoAbandon depth
+  volatile sig_atomic_t pending = 0;     // revoked inside a NoAbandon scope
+  const std::atomic<uint64_t>* slot = nullptr;
+  uint64_t revoked = 0;  // the slot word that says this thread's current claim is revoked
+  sigjmp_buf jump;
+};
+thread_local RedoThread t_redo __attribute__((tls_model("initial-exec")));
+
+inline bool revoked_here(const RedoThread& r) {
+  return r.in_chunk && r.slot && r.slot->load(std::memory_order_seq_cst) == r.revoked;
+}
+
+void on_revoke_signal(int) {
+  RedoThread& r = t_redo;
+  if (!revoked_here(r)) return;  // between chunks, or a claim of another job: nothing to stop
+  if (r.no_abandon) {
+    r.pending = 1;
+    return;
+  }
+  r.in_chunk = 0;
+  siglongjmp(r.jump, 1);
+}
+
+// A real-time signal nothing else in this process uses (checked when it is installed).
+int revoke_signal() { return SIGRTMIN + 7; }
+
+bool set_up_redo() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;  // the sanitizers' signal and longjmp handling is not what the protocol needs
+#else
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+  return false;
+#endif
+#endif
+  if (const char* e = std::getenv("DFL_POOL_REDO"); e && std::atoi(e) == 0) return false;
+  // PRIVATE_EXPEDITED: Linux 4.14+; a seccomp filter may refuse it too.
+  if (syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0) return false;
+  struct sigaction old {};
+  if (sigaction(revoke_signal(), nullptr, &old) != 0) return false;
+  if ((old.sa_flags & SA_SIGINFO) || (old.sa_handler != SIG_DFL && old.sa_handler != on_revoke_signal))
+    return false;  // the embedding program uses this signal
+  struct sigaction sa {};
+  sa.sa_handler = on_revoke_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_NODEFER | SA_RESTART;  // NODEFER: the jump out leaves the signal unblocked
+  return sigaction(revoke_signal(), &sa, nullptr) == 0;
+#endif
+}
 
 // How long the pool's threads spin before they sleep, by whether another process competes for
 // their cores. While the scheduler keeps preempting one of them (involuntary context switches,
@@ -33,7 +113,12 @@ inline uint32_t lane_end(uint64_t w) { return static_cast<uint32_t>((w >> 16) & 
 // thread checks its own count every kCheckEvery waits, at most every
 // kCheckNs, and sets or clears its bit of the pool's mask: contended from kContendedRate
 // preemptions a second over the window (there 25–36 per thread on the quiet machine, 150–180
-// with the busy loop).
+// with the busy loop). Where a late worker can be revoked (redoable jobs: the kernels that
+// carry a forward pass), the cap is off: a worker that keeps spinning keeps its share of the
+// shared core and picks up the next op at once, and the caller no longer waits for its chunk
+// (same machine and load, 4 alternating rounds each, Gemma tg64 57–79 tok/s before revocation,
+// 62–80 with it and the cap, 76–85 with it and no cap; with the worker on the busy core, 92–95
+// with the cap against 100–108 without).
 constexpr int kContendedSpin = 256;
 constexpr uint32_t kCheckEvery = 64;
 constexpr int64_t kCheckNs = 100'000'000;
@@ -71,6 +156,25 @@ int preempted_lately() {
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+bool ThreadPool::redo_supported() {
+  static const bool ok = set_up_redo();
+  return ok;
+}
+
+ThreadPool::NoAbandon::NoAbandon() { t_redo.no_abandon = t_redo.no_abandon + 1; }
+
+ThreadPool::NoAbandon::~NoAbandon() {
+  RedoThread& r = t_redo;
+  r.no_abandon = r.no_abandon - 1;
+  if (r.no_abandon == 0 && r.pending) {
+    r.pending = 0;
+    if (revoked_here(r)) {
+      r.in_chunk = 0;
+      siglongjmp(r.jump, 1);
+    }
+  }
+}
+
 int64_t ThreadPool::chunk_count(int64_t n, int64_t grain, int n_threads) {
   if (n <= 0) return 0;
   grain = std::max<int64_t>(1, grain);
@@ -92,8 +196,11 @@ int64_t ThreadPool::chunk_len(int64_t n, int64_t grain, int n_threads) {
 }
 
 ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(std::max(1, std::min(n_threads, 1 << 12))), lanes_(new Lane[size_t(n_threads_)]) {
+    : n_threads_(std::max(1, std::min(n_threads, 1 << 12))),
+      lanes_(new Lane[size_t(n_threads_)]),
+      slots_(new Slot[size_t(n_threads_)]) {
   if (const char* e = std::getenv("DFL_POOL_SPIN")) spin_.store(std::atoi(e));
+  if (n_threads_ > 1) redo_supported();  // installs the handler before any worker can be revoked
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
 
@@ -106,6 +213,13 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::worker_loop(int tid) {
   uint32_t seen = 0, last_static = 0;
+  slots_[size_t(tid)].os_tid = static_cast<int>(syscall(SYS_gettid));
+  if (redo_supported()) {  // the creating thread may block signals; this one must take ours
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, revoke_signal());
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  }
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
     if (g == seen) {
@@ -141,6 +255,7 @@ void ThreadPool::work(int tid, uint32_t& last_static) {
     finish(word_count(w), 1);
     return;
   }
+  if (w & kRedoJob) return run_redoable(tid, word_seq(w));
   run_lanes(tid);
 }
 
@@ -156,11 +271,124 @@ void ThreadPool::run_lanes(int tid) {
     for (;;) {
       const uint64_t lw = lane.fetch_add(1, std::memory_order_acq_rel);
       if (word_next(lw) >= lane_end(lw)) break;
+      // A newer, redoable job, which this thread has not registered for (run_redoable): its
+      // caller finds the chunk unfinished and runs it. (Not after a claim of our own job, which
+      // cannot end before we report.)
+      if (lw & kRedoLane) break;
       run_chunk(word_next(lw), tid);
       ++ran;
     }
   }
   if (ran) finish(static_cast<uint32_t>(count_), ran);
+}
+
+// A worker's part in redoable job `seq`: register as running, claim chunks as run_lanes does,
+// note each finished chunk in the slot, report. A revoked worker stops: at its next check, or
+// in the signal handler, which jumps back here (sigsetjmp) out of the chunk.
+void ThreadPool::run_redoable(int tid, uint32_t seq) {
+  Slot& s = slots_[size_t(tid)];
+  s.done.store(0, std::memory_order_relaxed);
+  // Before any claim (seq_cst, as the caller's claims and slot reads): a caller that drained
+  // the lanes and sees no running slot knows no thread holds a chunk.
+  s.state.store(slot_word(seq, kRunning), std::memory_order_seq_cst);
+  RedoThread& r = t_redo;
+  r.slot = &s.state;
+  r.revoked = slot_word(seq, kRevoked);
+  if (sigsetjmp(r.jump, 0) != 0) return;  // revoked inside a chunk
+  uint64_t done = 0;
+  bool ended = false;  // a claim of a newer job: ours is over
+  for (int i = 0; i < n_threads_ && !ended; ++i) {
+    std::atomic<uint64_t>& lane = lanes_[size_t((tid + i) % n_threads_)].word;
+    for (;;) {
+      const uint64_t lw = lane.fetch_add(1, std::memory_order_acq_rel);
+      if (word_next(lw) >= lane_end(lw)) break;
+      if (word_seq(lw) != seq) {
+        // Our job ended without us (we were revoked between chunks). A newer plain job cannot
+        // end before we report its chunk; a newer redoable one's caller will run this chunk.
+        if (!(lw & kRedoLane)) {
+          run_chunk(word_next(lw), tid);
+          finish(static_cast<uint32_t>(count_), 1);
+        }
+        ended = true;
+        break;
+      }
+      r.in_chunk = 1;
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      if (s.state.load(std::memory_order_seq_cst) != slot_word(seq, kRunning)) {
+        r.in_chunk = 0;  // revoked before the chunk began (the handler saw in_chunk == 0)
+        return;
+      }
+      run_chunk(word_next(lw), tid);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      r.in_chunk = 0;
+      done |= uint64_t(1) << word_next(lw);
+      s.done.store(done, std::memory_order_release);
+    }
+  }
+  uint64_t want = slot_word(seq, kRunning);
+  if (s.state.compare_exchange_strong(want, slot_word(seq, kReported), std::memory_order_seq_cst)) {
+    bell_.fetch_add(1, std::memory_order_seq_cst);
+    // Dekker pairing with wait_redoable(): it sets caller_sleeping_ then re-reads bell_.
+    if (caller_sleeping_.load(std::memory_order_seq_cst)) bell_.notify_all();
+  }
+}
+
+// The caller's wait in redoable job `seq` (its own chunks `mine`, all of them `all`): until no
+// worker is running it or every chunk is finished. While the pool is being preempted (or
+// revoke_when_quiet), a worker still running after `patience` is revoked: its claim marked,
+// the signal sent, and membarrier waited on — after which no revoked worker executes another
+// instruction of a chunk. Returns the finished chunks; the caller runs the others.
+uint64_t ThreadPool::wait_redoable(uint32_t seq, uint64_t all, uint64_t mine, int64_t chunk_ns) {
+  const int spin = spin_limit(0);
+  const bool may_revoke = revoke_when_quiet_.load(std::memory_order_relaxed) ||
+                          contended_.load(std::memory_order_relaxed) != 0;
+  const int64_t patience = std::max<int64_t>(kRevokeMinNs, 2 * chunk_ns);
+  int64_t since = may_revoke ? now_ns() : 0;
+  for (int i = 0;; ++i) {
+    const uint32_t bell = bell_.load(std::memory_order_seq_cst);
+    uint64_t done = mine;
+    bool running = false;
+    for (int t = 1; t < n_threads_; ++t) {
+      const uint64_t st = slots_[size_t(t)].state.load(std::memory_order_seq_cst);
+      if (slot_seq(st) != seq) continue;  // never registered for this job: holds no chunk of it
+      running |= (st & 3) == kRunning;
+      done |= slots_[size_t(t)].done.load(std::memory_order_acquire);
+    }
+    // Every chunk finished: a worker still running holds none (each chunk is claimed once).
+    if (!running || (done & all) == all) return done;
+    if (may_revoke) {
+      if (now_ns() - since < patience) {
+        cpu_relax();
+        continue;
+      }
+      int sent = 0;
+      for (int t = 1; t < n_threads_; ++t) {
+        Slot& s = slots_[size_t(t)];
+        uint64_t want = slot_word(seq, kRunning);
+        if (!s.state.compare_exchange_strong(want, slot_word(seq, kRevoked), std::memory_order_seq_cst)) continue;
+        if (syscall(SYS_tgkill, static_cast<int>(getpid()), s.os_tid, revoke_signal()) != 0) {
+          std::fprintf(stderr, "dflash: thread pool: cannot signal worker %d\n", t);
+          std::abort();  // our own live thread: cannot happen; going on could corrupt outputs
+        }
+        ++sent;
+      }
+      if (sent) {
+        if (syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+          std::fprintf(stderr, "dflash: thread pool: membarrier failed after registration\n");
+          std::abort();
+        }
+        revocations_.fetch_add(uint64_t(sent), std::memory_order_relaxed);
+      }
+      continue;  // re-read: the revoked slots no longer count as running
+    }
+    if (i < spin) {
+      cpu_relax();
+      continue;
+    }
+    caller_sleeping_.store(1, std::memory_order_seq_cst);
+    if (bell_.load(std::memory_order_seq_cst) == bell) bell_.wait(bell, std::memory_order_seq_cst);
+    caller_sleeping_.store(0, std::memory_order_relaxed);
+  }
 }
 
 void ThreadPool::run_chunk(uint32_t chunk, int tid) {
@@ -175,7 +403,7 @@ void ThreadPool::finish(uint32_t count, uint32_t chunks) {
   if (d == count && caller_sleeping_.load(std::memory_order_seq_cst)) done_.notify_all();
 }
 
-void ThreadPool::publish(bool is_static, int64_t count) {
+void ThreadPool::publish(bool is_static, int64_t count, bool redoable) {
   ++seq_;
   done_.store(0, std::memory_order_relaxed);
   if (!is_static) {
@@ -185,11 +413,12 @@ void ThreadPool::publish(bool is_static, int64_t count) {
     for (int l = 0; l < n_threads_; ++l) {
       const uint64_t b = uint64_t(count) * uint64_t(l) / uint64_t(n_threads_);
       const uint64_t e = uint64_t(count) * uint64_t(l + 1) / uint64_t(n_threads_);
-      lanes_[size_t(l)].word.store((uint64_t(seq_) << 32) | (e << 16) | b, std::memory_order_release);
+      lanes_[size_t(l)].word.store((uint64_t(seq_) << 32) | (redoable ? kRedoLane : 0) | (e << 16) | b,
+                                   std::memory_order_release);
     }
   }
   const uint64_t w = (static_cast<uint64_t>(seq_) << 32) |
-                     (is_static ? kStaticBit | (static_cast<uint64_t>(count) << 16) : 0);
+                     (is_static ? kStaticBit | (static_cast<uint64_t>(count) << 16) : redoable ? kRedoJob : 0);
   claim_.store(w, std::memory_order_release);           // publishes the descriptor and done_
   generation_.fetch_add(1, std::memory_order_seq_cst);  // wakes the workers
   if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
@@ -201,7 +430,8 @@ int ThreadPool::spin_limit(int tid) {
   if (p == 1) contended_.fetch_or(bit, std::memory_order_relaxed);
   if (p == 0 && (contended_.load(std::memory_order_relaxed) & bit)) contended_.fetch_and(~bit, std::memory_order_relaxed);
   const int spin = spin_.load(std::memory_order_relaxed);
-  return contended_.load(std::memory_order_relaxed) ? std::min(spin, kContendedSpin) : spin;
+  const bool cap = !redo_supported() && contended_.load(std::memory_order_relaxed) != 0;
+  return cap ? std::min(spin, kContendedSpin) : spin;
 }
 
 void ThreadPool::wait_done(uint32_t target) {
@@ -240,6 +470,42 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   publish(false, count);
   run_lanes(0);
   wait_done(static_cast<uint32_t>(count));
+}
+
+}  // namespace dfl
+
+namespace dfl {
+
+void ThreadPool::parallel_for_redoable(int64_t n, const RangeFn& fn, int64_t grain) {
+  if (n <= 0) return;
+  const int64_t count = chunk_count(n, grain, n_threads_);
+  if (n_threads_ == 1 || count <= 1 || count > kMaxRedoChunks || !redo_supported()) {
+    parallel_for(n, fn, grain);
+    return;
+  }
+  range_fn_ = &fn;
+  n_ = n;
+  len_ = chunk_len(n, grain, n_threads_);
+  publish(false, count, true);
+  const uint32_t seq = seq_;
+  // The caller's own claims: lane 0, then the others' (our job: every claim is of it).
+  const int64_t t0 = now_ns();
+  uint64_t mine = 0;
+  int64_t ran = 0;
+  for (int i = 0; i < n_threads_; ++i) {
+    std::atomic<uint64_t>& lane = lanes_[size_t(i)].word;
+    for (;;) {
+      const uint64_t lw = lane.fetch_add(1, std::memory_order_acq_rel);
+      if (word_next(lw) >= lane_end(lw)) break;
+      run_chunk(word_next(lw), 0);
+      mine |= uint64_t(1) << word_next(lw);
+      ++ran;
+    }
+  }
+  const int64_t chunk_ns = ran ? (now_ns() - t0) / ran : 0;
+  const uint64_t all = count == 64 ? ~uint64_t(0) : (uint64_t(1) << count) - 1;
+  const uint64_t done = wait_redoable(seq, all, mine, chunk_ns);
+  for (uint64_t left = all & ~done; left; left &= left - 1) run_chunk(static_cast<uint32_t>(__builtin_ctzll(left)), 0);
 }
 
 }  // namespace dfl

@@ -26,6 +26,14 @@
 // preempting one of the pool's threads (another process on its core: involuntary context
 // switches, measured per thread about every 0.1 s), every thread spins only briefly.
 //
+// Redoable jobs (parallel_for_redoable): a worker the scheduler deschedules inside a chunk holds
+// the whole op for the rest of its time slice (a few ms) — the loss under load. For an fn whose
+// chunks can be abandoned and run again, the caller instead REVOKES a worker that sits on a
+// chunk while the pool is being preempted: it marks the worker's claim revoked, sends the worker
+// a signal and waits on membarrier(PRIVATE_EXPEDITED), after which the worker runs no further
+// instruction of the chunk (the signal handler, which runs first, jumps out of it); then the
+// caller runs every chunk nobody finished. Which thread runs a chunk never changes its bits.
+//
 // Contract: fn must not throw and must not call back into the same pool. One thread at a time
 // submits jobs.
 #pragma once
@@ -52,6 +60,35 @@ class ThreadPool {
   // Runs fn over [0, n) in chunk_count(n, grain, n_threads()) grain-aligned chunks, claimed
   // dynamically. With one thread: fn(0, n, 0).
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
+  // parallel_for for an fn whose chunks may be abandoned midway and run again (header comment).
+  // Beyond parallel_for's contract, fn must
+  //   - leave a chunk's outputs, when run again on any thread after a partial run, as one whole
+  //     run does: plain stores of values that depend on the inputs only (no +=, no appends, no
+  //     counters shared between chunks);
+  //   - tolerate being stopped at any instruction for good: no locks, no allocation outside a
+  //     NoAbandon scope, no per-thread state a later chunk trusts without rewriting it.
+  // The same as parallel_for where revocation is unavailable (redo_supported()) or the job has
+  // more than 64 chunks.
+  void parallel_for_redoable(int64_t n, const RangeFn& fn, int64_t grain = 1);
+  // A scope inside a redoable chunk that a revoked worker finishes before it stops: e.g.
+  // growing a thread_local buffer. It may run on after the job has ended, so it must use only
+  // values loaded before it (the job's closure and buffers may be gone) and write nothing but
+  // the thread's own state.
+  class NoAbandon {
+   public:
+    NoAbandon();
+    ~NoAbandon();
+    NoAbandon(const NoAbandon&) = delete;
+    NoAbandon& operator=(const NoAbandon&) = delete;
+  };
+  // Whether this process can revoke: the signal handler is installed and membarrier works, and
+  // neither a sanitizer nor DFL_POOL_REDO=0 turned it off.
+  static bool redo_supported();
+  // Revoke a late worker of a redoable job even when no thread is being preempted (tests).
+  void set_revoke_when_quiet(bool on) { revoke_when_quiet_.store(on, std::memory_order_relaxed); }
+  // Workers revoked so far (tests, benchmarks).
+  uint64_t revocations() const { return revocations_.load(std::memory_order_relaxed); }
+
   // Runs fn(tid) once on each of the n_threads() threads.
   void run_on_all(const std::function<void(int tid)>& fn);
 
@@ -70,15 +107,17 @@ class ThreadPool {
 
  private:
   // claim_ word: [63:32] job sequence, [31] static job, [30:16] the worker count of a static
-  // job (a dynamic job's chunks are claimed from lanes_; its count is count_).
+  // job, [0] redoable (a dynamic job's chunks are claimed from lanes_; its count is count_).
   static constexpr int kChunks = 16;  // for pools of up to 4 threads; 4 per thread above
   static constexpr int kMaxChunks = 1 << 14;
   void worker_loop(int tid);
   void work(int tid, uint32_t& last_static);
   void run_lanes(int tid);
   void run_chunk(uint32_t chunk, int tid);
+  void run_redoable(int tid, uint32_t seq);
+  uint64_t wait_redoable(uint32_t seq, uint64_t all, uint64_t mine, int64_t chunk_ns);
   void finish(uint32_t count, uint32_t chunks);
-  void publish(bool is_static, int64_t count);
+  void publish(bool is_static, int64_t count, bool redoable = false);
   void wait_done(uint32_t target);
   // The spin of thread tid's next wait: spin_, or less while the scheduler preempts one of the
   // pool's threads (threadpool.cc).
@@ -92,12 +131,25 @@ class ThreadPool {
   const std::function<void(int)>* all_fn_ = nullptr;
   int64_t n_ = 0, len_ = 0, count_ = 0;
   uint32_t seq_ = 0;
-  // One claim word per thread ("lane", own cache line): [63:32] job sequence, [31:16] end,
-  // [15:0] next chunk; thread t claims from lane t until it is dry, then from the others.
+  // One claim word per thread ("lane", own cache line): [63:32] job sequence, [31] redoable,
+  // [30:16] end, [15:0] next chunk; thread t claims from lane t until it is dry, then from the
+  // others.
   struct alignas(64) Lane {
     std::atomic<uint64_t> word{0};
   };
   std::unique_ptr<Lane[]> lanes_;
+  // A worker's part in a redoable job (own cache line): state = [63:2] job sequence, [1:0]
+  // running / reported / revoked; done = the chunks of that job it finished (bit c: chunk c).
+  // Registered (running) before the worker claims; only a running worker can be in a chunk.
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> state{0};
+    std::atomic<uint64_t> done{0};
+    int os_tid = 0;  // the worker's kernel thread id (the revocation signal's target)
+  };
+  std::unique_ptr<Slot[]> slots_;
+  alignas(64) std::atomic<uint32_t> bell_{0};  // rung by a worker that reports a redoable job
+  std::atomic<bool> revoke_when_quiet_{false};
+  std::atomic<uint64_t> revocations_{0};
   alignas(64) std::atomic<uint64_t> claim_{0};
   alignas(64) std::atomic<uint32_t> done_{0};
   alignas(64) std::atomic<uint32_t> generation_{0};

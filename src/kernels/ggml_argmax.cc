@@ -366,7 +366,7 @@ void plane_matmul(const cpu::GgmlAct& a, int64_t M, const ArgmaxScreen& s, int64
   const float* dx4 = p.dx;
   const float* c = cs.data();
   const uint8_t* plane = s.plane->data();
-  pool.parallel_for((V + 15) / 16, [&, q, nc, dx4, c, plane](int64_t t0, int64_t t1, int) {
+  pool.parallel_for_redoable((V + 15) / 16, [&, q, nc, dx4, c, plane](int64_t t0, int64_t t1, int) {
     cpu::avx512::q8_0_plane_tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
   });
 }

@@ -1,7 +1,10 @@
 // ThreadPool: the chunking is a pure function of (n, grain) (for pools of up to 4 threads), every
 // chunk runs exactly once, a thread never runs two chunks at once (so `tid` indexes per-thread
 // scratch), run_on_all runs once per thread, and mixing the two kinds of job (stale workers
-// waking into a newer job) stays correct — with spinning and with sleeping waits.
+// waking into a newer job) stays correct — with spinning and with sleeping waits. Redoable jobs:
+// the caller does not wait for a worker stalled inside a chunk, the stalled worker never runs
+// another instruction of that chunk, and outputs stay right when jobs of every kind mix with
+// revocations.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -170,6 +173,120 @@ TEST(ThreadPool, ThreadsStartOnTheirOwnLaneAndStealTheRest) {
   for (int64_t b : by_worker) EXPECT_GE(b, 32) << "the worker's first chunk is in its own lane";
   for (size_t i = 0; i < 8 && i < by_caller.size(); ++i)
     EXPECT_EQ(by_caller[i], int64_t(4 * i)) << "the caller runs its own lane first, in order";
+}
+
+
+// A worker stalls inside a chunk of a redoable job (as if descheduled): the caller revokes it,
+// runs the chunk itself and returns; the worker, released later, never writes again.
+TEST(ThreadPool, RedoableJobDoesNotWaitForAStalledWorker) {
+  if (!ThreadPool::redo_supported()) GTEST_SKIP() << "revocation unavailable here (membarrier)";
+  ThreadPool pool(2);
+  pool.set_revoke_when_quiet(true);
+  std::vector<int> out(64, -1);
+  std::atomic<bool> stalled{false}, release{false};
+  std::atomic<int> after_stall{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.parallel_for_redoable(64, [&](int64_t b, int64_t e, int tid) {
+    for (int64_t i = b; i < e; ++i) out[size_t(i)] = int(3 * i);
+    if (tid == 0) {  // hold the caller until the worker is inside a chunk
+      for (int k = 0; k < 20000 && !stalled.load(); ++k) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      return;
+    }
+    if (stalled.exchange(true)) return;
+    for (int k = 0; k < 100000 && !release.load(); ++k) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    after_stall.fetch_add(1);
+    for (int64_t i = b; i < e; ++i) out[size_t(i)] = -7;  // a late write: must never land
+  });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(stalled.load()) << "the worker never took a chunk";
+  EXPECT_LT(secs, 5.0) << "the caller waited for the stalled worker";
+  EXPECT_GE(pool.revocations(), 1u);
+  for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(out[size_t(i)], int(3 * i)) << i;
+  release.store(true);
+  // The revoked worker is back in service: jobs of every kind need it again.
+  for (int rep = 0; rep < 50; ++rep) {
+    std::vector<std::atomic<int>> hit(100);
+    pool.parallel_for(100, [&](int64_t b, int64_t e, int) { for (int64_t i = b; i < e; ++i) hit[size_t(i)]++; });
+    for (auto& h : hit) ASSERT_EQ(h.load(), 1);
+    std::atomic<int> ran{0};
+    pool.run_on_all([&](int) { ran++; });
+    ASSERT_EQ(ran.load(), 2);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(after_stall.load(), 0) << "the revoked worker ran on inside its chunk";
+  for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(out[size_t(i)], int(3 * i)) << i;
+}
+
+// Revoked inside a NoAbandon scope: the worker finishes the scope, then stops at its end.
+TEST(ThreadPool, RevokedWorkerFinishesItsNoAbandonScopeThenStops) {
+  if (!ThreadPool::redo_supported()) GTEST_SKIP() << "revocation unavailable here (membarrier)";
+  ThreadPool pool(2);
+  pool.set_revoke_when_quiet(true);
+  std::atomic<bool> stalled{false}, release{false};
+  std::atomic<int> scope_done{0}, after_scope{0};
+  pool.parallel_for_redoable(64, [&](int64_t, int64_t, int tid) {
+    if (tid == 0) {
+      for (int k = 0; k < 20000 && !stalled.load(); ++k) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      return;
+    }
+    if (stalled.exchange(true)) return;
+    // The scope may outlive the job (and this closure): it uses only what it loaded before.
+    std::atomic<bool>* go = &release;
+    std::atomic<int>* finished = &scope_done;
+    {
+      ThreadPool::NoAbandon keep;
+      for (int k = 0; k < 100000 && !go->load(); ++k) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      finished->fetch_add(1);
+    }
+    after_scope.fetch_add(1);
+  });
+  ASSERT_TRUE(stalled.load());
+  EXPECT_GE(pool.revocations(), 1u);
+  EXPECT_EQ(scope_done.load(), 0) << "the caller waited for the scope";
+  release.store(true);
+  for (int k = 0; k < 5000 && scope_done.load() == 0; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(scope_done.load(), 1) << "the scope was cut short";
+  EXPECT_EQ(after_scope.load(), 0) << "the worker ran past the scope's end";
+}
+
+// Redoable, plain and run_on_all jobs back to back, with stalls inside chunks and revocation on:
+// every output right after every job, and no late write from an earlier job into the reused
+// buffer (each job writes its own values).
+TEST(ThreadPool, RedoableJobsMixedWithOthersStayExact) {
+  for (int spin : {1 << 12, 0}) {
+    for (int nt : {2, 3}) {
+      ThreadPool pool(nt);
+      pool.set_spin(spin);
+      pool.set_revoke_when_quiet(true);
+      std::vector<int> out(300);
+      for (int rep = 0; rep < 300; ++rep) {
+        const int64_t n = 40 + rep % 250;
+        std::atomic<bool> stalled{false};
+        auto body = [&](int64_t b, int64_t e, int tid) {
+          for (int64_t i = b; i < e; ++i) out[size_t(i)] = int(i) * 1000 + rep;
+          const auto t = std::chrono::steady_clock::now();  // ~10 µs a chunk: the workers get some
+          while (std::chrono::steady_clock::now() - t < std::chrono::microseconds(10)) {
+          }
+          if (tid != 0 && rep % 4 == 1 && !stalled.exchange(true))  // a worker's first chunk
+            std::this_thread::sleep_for(std::chrono::microseconds(300));
+        };
+        if (rep % 5 == 4) {
+          std::atomic<int> ran{0};
+          pool.run_on_all([&](int) { ran++; });
+          ASSERT_EQ(ran.load(), nt);
+          continue;
+        }
+        if (rep % 3 == 0)
+          pool.parallel_for(n, body, 1 + rep % 3);
+        else
+          pool.parallel_for_redoable(n, body, 1 + rep % 3);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[size_t(i)], int(i) * 1000 + rep) << "rep " << rep << " i " << i;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (ThreadPool::redo_supported()) EXPECT_GT(pool.revocations(), 0u) << "nt " << nt;
+    }
+  }
 }
 
 }  // namespace

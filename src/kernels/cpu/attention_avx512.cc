@@ -404,7 +404,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   auto run_tiles = [&](int32_t h_begin, int32_t h_end, auto head_view, auto bf16) {
     const int64_t n_heads = h_end - h_begin;
     const int64_t n_tasks = n_qtiles * n_htiles * n_heads;
-    pool.parallel_for(n_tasks, [&](int64_t t0, int64_t t1, int tid) {
+    pool.parallel_for_redoable(n_tasks, [&](int64_t t0, int64_t t1, int tid) {
       const TileScratch ts = carve(work + tid * per_thread, p);
       for (int64_t task = t0; task < t1; ++task) {
         const int64_t qt = task / (n_htiles * n_heads);
@@ -447,7 +447,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   const float* vpages[1] = {vp};
   const int32_t* ppages[1] = {pos};
   for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
-    pool.parallel_for(n_kv, [&](int64_t b, int64_t e, int) { pack_head(kvp, b, e, p, kvh, kp, vp); }, 64);
+    pool.parallel_for_redoable(n_kv, [&](int64_t b, int64_t e, int) { pack_head(kvp, b, e, p, kvh, kp, vp); }, 64);
     run_tiles(kvh, kvh + 1, [&](int32_t) {
       return KvView{kpages, vpages, ppages, p.d_qk, p.d_v, 0, 0, n_kv};
     }, std::false_type{});

@@ -396,8 +396,8 @@ void q4k16_tiles(const KPanel& p, int64_t M, const WeightMatrix& w, float* y, in
 
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   const KPanel p = k_panel(a, M, false);
-  pool.parallel_for((w.n_out + 15) / 16,
-                    [&](int64_t t0, int64_t t1, int) { q4k16_tiles(p, M, w, y, a.pair, t0, t1); });
+  pool.parallel_for_redoable((w.n_out + 15) / 16,
+                             [&](int64_t t0, int64_t t1, int) { q4k16_tiles(p, M, w, y, a.pair, t0, t1); });
 }
 
 }  // namespace dfl::cpu::avx512
@@ -642,7 +642,7 @@ void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
   const int shift = w.dtype == DType::kQ8_0 ? kShift<int(DType::kQ8_0)>
                     : w.dtype == DType::kQ5_0 ? kShift<int(DType::kQ5_0)> : kShift<int(DType::kQ4_0)>;
   const Q32Panel p = q32_panel(a, M, -(1 << shift), 1.0f);
-  pool.parallel_for((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
+  pool.parallel_for_redoable((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
     switch (w.dtype) {
       case DType::kQ8_0: return q32x16_tiles<int(DType::kQ8_0)>(p, M, w, y, a.pair, t0, t1);
       case DType::kQ5_0: return q32x16_tiles<int(DType::kQ5_0)>(p, M, w, y, a.pair, t0, t1);
@@ -726,8 +726,8 @@ void q6k16_tiles(const KPanel& p, int64_t M, const WeightMatrix& w, float* y, in
 
 void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   const KPanel p = k_panel(a, M, true);
-  pool.parallel_for((w.n_out + 15) / 16,
-                    [&](int64_t t0, int64_t t1, int) { q6k16_tiles(p, M, w, y, a.pair, t0, t1); });
+  pool.parallel_for_redoable((w.n_out + 15) / 16,
+                             [&](int64_t t0, int64_t t1, int) { q6k16_tiles(p, M, w, y, a.pair, t0, t1); });
 }
 
 }  // namespace dfl::cpu::avx512
@@ -771,7 +771,7 @@ bool matmul_packed_many(const GgmlAct& a, int64_t M, const WeightMatrix* const* 
   const KPanel pk6 = q6k ? k_panel(a, M, true) : KPanel{};
   int64_t first[kPackedManyMax + 1] = {0};  // part i's tiles are [first[i], first[i + 1])
   for (int i = 0; i < n; ++i) first[i + 1] = first[i] + (ws[i]->n_out + 15) / 16;
-  pool.parallel_for(first[n], [&](int64_t t0, int64_t t1, int) {
+  pool.parallel_for_redoable(first[n], [&](int64_t t0, int64_t t1, int) {
     for (int i = 0; i < n; ++i) {
       const int64_t b = std::max(t0, first[i]) - first[i], e = std::min(t1, first[i + 1]) - first[i];
       if (b >= e) continue;

@@ -222,7 +222,11 @@ class ThreadCopies {
     T* dst = caller_;
     if (tid != 0) {
       thread_local std::vector<T> own;  // in a worker: the worker's own
-      if (own.size() < static_cast<size_t>(n_ + 64 / sizeof(T))) own.resize(static_cast<size_t>(n_ + 64 / sizeof(T)));
+      const size_t need = static_cast<size_t>(n_ + 64 / sizeof(T));
+      if (own.size() < need) {
+        ThreadPool::NoAbandon keep;  // not cut short inside the allocator (redoable jobs)
+        own.resize(need);
+      }
       dst = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(own.data()) + 63) & ~uintptr_t(63));
     }
     convert(dst);
@@ -252,7 +256,7 @@ void walk_packed_tiles(int64_t M, const PackedPart* parts, int n_parts, int64_t 
   auto groups_of = [G](int64_t N) { return ((N + 15) / 16 + G - 1) / G; };
   int64_t n_groups = 0;
   for (int i = 0; i < n_parts; ++i) n_groups += groups_of(parts[i].N);
-  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1, int tid) {
+  pool.parallel_for_redoable(n_groups, [&](int64_t g0, int64_t g1, int tid) {
     int part = 0;
     int64_t first = 0;  // the global index of part's first group
     for (int64_t gi = g0; gi < g1; ++gi) {

@@ -213,7 +213,7 @@ void matmul_q8(const Q8Act& a, int64_t M, const WeightMatrix& w, float* y, Threa
   const int64_t n_tiles = (N + 15) / 16;
   const bool block_outer = M > kMR && M <= kMaxBlockOuterRows;
   const Q8Panel pan = block_outer ? build_panel(a, M) : Q8Panel{};
-  pool.parallel_for(
+  pool.parallel_for_redoable(
       n_tiles,
       [&](int64_t t0, int64_t t1, int) {
         for (int64_t t = t0; t < t1; ++t) {
