@@ -266,7 +266,8 @@ void ThreadPool::work(int tid, uint32_t& last_static) {
 // claim succeeded every later one is of the same job (it cannot end before we report).
 void ThreadPool::run_lanes(int tid) {
   uint32_t ran = 0;  // chunks run and not yet reported to done_ (one atomic add per thread and job)
-  for (int i = 0; i < n_threads_; ++i) {
+  bool redo_job = false;
+  for (int i = 0; i < n_threads_ && !redo_job; ++i) {
     std::atomic<uint64_t>& lane = lanes_[size_t((tid + i) % n_threads_)].word;
     for (;;) {
       const uint64_t lw = lane.fetch_add(1, std::memory_order_acq_rel);
@@ -274,7 +275,7 @@ void ThreadPool::run_lanes(int tid) {
       // A newer, redoable job, which this thread has not registered for (run_redoable): its
       // caller finds the chunk unfinished and runs it. (Not after a claim of our own job, which
       // cannot end before we report.)
-      if (lw & kRedoLane) break;
+      if ((redo_job = (lw & kRedoLane) != 0)) break;
       run_chunk(word_next(lw), tid);
       ++ran;
     }

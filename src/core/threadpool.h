@@ -33,6 +33,8 @@
 // a signal and waits on membarrier(PRIVATE_EXPEDITED), after which the worker runs no further
 // instruction of the chunk (the signal handler, which runs first, jumps out of it); then the
 // caller runs every chunk nobody finished. Which thread runs a chunk never changes its bits.
+// The signal is SIGRTMIN + 7 (left alone if the program has a handler for it; under gdb,
+// `handle SIG41 nostop noprint`); DFL_POOL_REDO=0 turns revocation off.
 //
 // Contract: fn must not throw and must not call back into the same pool. One thread at a time
 // submits jobs.
