@@ -284,7 +284,9 @@ TEST(ThreadPool, RedoableJobsMixedWithOthersStayExact) {
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[size_t(i)], int(i) * 1000 + rep) << "rep " << rep << " i " << i;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (ThreadPool::redo_supported()) EXPECT_GT(pool.revocations(), 0u) << "nt " << nt;
+      if (ThreadPool::redo_supported()) {
+        EXPECT_GT(pool.revocations(), 0u) << "nt " << nt;
+      }
     }
   }
 }
