@@ -270,11 +270,16 @@ void ThreadPool::run_lanes(int tid) {
   for (int i = 0; i < n_threads_ && !redo_job; ++i) {
     std::atomic<uint64_t>& lane = lanes_[size_t((tid + i) % n_threads_)].word;
     for (;;) {
+      // A newer, redoable job, which this thread has not registered for (run_redoable), is
+      // left alone: looked at first, and a chunk claimed in a race with its publication is left
+      // to its caller, which finds it unfinished. (Not after a claim of our own job, which
+      // cannot end before we report.)
+      if (ran == 0 && (lane.load(std::memory_order_relaxed) & kRedoLane)) {
+        redo_job = true;
+        break;
+      }
       const uint64_t lw = lane.fetch_add(1, std::memory_order_acq_rel);
       if (word_next(lw) >= lane_end(lw)) break;
-      // A newer, redoable job, which this thread has not registered for (run_redoable): its
-      // caller finds the chunk unfinished and runs it. (Not after a claim of our own job, which
-      // cannot end before we report.)
       if ((redo_job = (lw & kRedoLane) != 0)) break;
       run_chunk(word_next(lw), tid);
       ++ran;
@@ -297,22 +302,19 @@ void ThreadPool::run_redoable(int tid, uint32_t seq) {
   r.revoked = slot_word(seq, kRevoked);
   if (sigsetjmp(r.jump, 0) != 0) return;  // revoked inside a chunk
   uint64_t done = 0;
-  bool ended = false;  // a claim of a newer job: ours is over
+  bool ended = false;  // a lane of a newer job: ours is over
   for (int i = 0; i < n_threads_ && !ended; ++i) {
     std::atomic<uint64_t>& lane = lanes_[size_t((tid + i) % n_threads_)].word;
+    uint64_t lw = lane.load(std::memory_order_acquire);
     for (;;) {
-      const uint64_t lw = lane.fetch_add(1, std::memory_order_acq_rel);
-      if (word_next(lw) >= lane_end(lw)) break;
+      // Claims by compare-and-swap on our job's word only: a newer job's chunks (ours ended
+      // without us: revoked between chunks, or every chunk done) are left untouched.
       if (word_seq(lw) != seq) {
-        // Our job ended without us (we were revoked between chunks). A newer plain job cannot
-        // end before we report its chunk; a newer redoable one's caller will run this chunk.
-        if (!(lw & kRedoLane)) {
-          run_chunk(word_next(lw), tid);
-          finish(static_cast<uint32_t>(count_), 1);
-        }
         ended = true;
         break;
       }
+      if (word_next(lw) >= lane_end(lw)) break;
+      if (!lane.compare_exchange_weak(lw, lw + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
       r.in_chunk = 1;
       std::atomic_signal_fence(std::memory_order_seq_cst);
       if (s.state.load(std::memory_order_seq_cst) != slot_word(seq, kRunning)) {
@@ -324,6 +326,7 @@ void ThreadPool::run_redoable(int tid, uint32_t seq) {
       r.in_chunk = 0;
       done |= uint64_t(1) << word_next(lw);
       s.done.store(done, std::memory_order_release);
+      lw = lane.load(std::memory_order_acquire);
     }
   }
   uint64_t want = slot_word(seq, kRunning);
@@ -344,8 +347,9 @@ uint64_t ThreadPool::wait_redoable(uint32_t seq, uint64_t all, uint64_t mine, in
   const bool may_revoke = revoke_when_quiet_.load(std::memory_order_relaxed) ||
                           contended_.load(std::memory_order_relaxed) != 0;
   const int64_t patience = std::max<int64_t>(kRevokeMinNs, 2 * chunk_ns);
-  int64_t since = may_revoke ? now_ns() : 0;
-  for (int i = 0;; ++i) {
+  const int64_t since = may_revoke ? now_ns() : 0;
+  int spun = 0;
+  for (;;) {
     const uint32_t bell = bell_.load(std::memory_order_seq_cst);
     uint64_t done = mine;
     bool running = false;
@@ -357,11 +361,16 @@ uint64_t ThreadPool::wait_redoable(uint32_t seq, uint64_t all, uint64_t mine, in
     }
     // Every chunk finished: a worker still running holds none (each chunk is claimed once).
     if (!running || (done & all) == all) return done;
+    // Wait for a report (the bell; the slots are not re-read meanwhile: a worker writes its
+    // slot at every chunk) — or, when revoking, for the patience to run out.
+    bool rang = false;
+    for (; spun < spin || may_revoke; ++spun) {
+      if ((rang = bell_.load(std::memory_order_acquire) != bell)) break;
+      if (may_revoke && now_ns() - since >= patience) break;
+      cpu_relax();
+    }
+    if (rang) continue;
     if (may_revoke) {
-      if (now_ns() - since < patience) {
-        cpu_relax();
-        continue;
-      }
       int sent = 0;
       for (int t = 1; t < n_threads_; ++t) {
         Slot& s = slots_[size_t(t)];
@@ -381,10 +390,6 @@ uint64_t ThreadPool::wait_redoable(uint32_t seq, uint64_t all, uint64_t mine, in
         revocations_.fetch_add(uint64_t(sent), std::memory_order_relaxed);
       }
       continue;  // re-read: the revoked slots no longer count as running
-    }
-    if (i < spin) {
-      cpu_relax();
-      continue;
     }
     caller_sleeping_.store(1, std::memory_order_seq_cst);
     if (bell_.load(std::memory_order_seq_cst) == bell) bell_.wait(bell, std::memory_order_seq_cst);
