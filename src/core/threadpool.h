@@ -36,6 +36,11 @@
 // The signal is SIGRTMIN + 7 (left alone if the program has a handler for it; under gdb,
 // `handle SIG41 nostop noprint`); DFL_POOL_REDO=0 turns revocation off.
 //
+// Revoking cannot help when the caller itself shares a core: the workers then idle whenever it
+// is descheduled. While the pool is being preempted, the caller's checks steer it: pinned where
+// it is not preempted, moved on where it is, the workers kept off its CPU; the starting CPU
+// masks come back once the preemption stops (DFL_POOL_STEER=0 turns this off).
+//
 // Contract: fn must not throw and must not call back into the same pool. One thread at a time
 // submits jobs.
 #pragma once
@@ -90,6 +95,10 @@ class ThreadPool {
   void set_revoke_when_quiet(bool on) { revoke_when_quiet_.store(on, std::memory_order_relaxed); }
   // Workers revoked so far (tests, benchmarks).
   uint64_t revocations() const { return revocations_.load(std::memory_order_relaxed); }
+  // One step of the caller's CPU steering (header comment), as a preemption check that found
+  // the pool `contended` and the caller `preempted` would take it. Call from the submitting
+  // thread. Public for tests.
+  void steer_caller(bool contended, bool preempted);
 
   // Runs fn(tid) once on each of the n_threads() threads.
   void run_on_all(const std::function<void(int tid)>& fn);
@@ -159,6 +168,10 @@ class ThreadPool {
   std::atomic<int> caller_sleeping_{0};
   std::atomic<int> spin_{1 << 15};
   std::atomic<uint64_t> contended_{0};  // bit t % 64: thread t is being preempted lately
+  // Keeping the caller off a shared core (threadpool.cc; caller-only state).
+  std::vector<unsigned char> cpus_;  // the creating thread's CPU mask (a cpu_set_t), restored
+  int steered_caller_ = 0;           // kernel id of the caller pinned, 0: nothing pinned
+  int anchored_cpu_ = -1;            // the CPU it is pinned to
   std::atomic<bool> stop_{false};
 };
 

@@ -6,10 +6,12 @@
 // another instruction of that chunk, and outputs stay right when jobs of every kind mix with
 // revocations.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -268,8 +270,12 @@ TEST(ThreadPool, RedoableJobsMixedWithOthersStayExact) {
           const auto t = std::chrono::steady_clock::now();  // ~10 µs a chunk: the workers get some
           while (std::chrono::steady_clock::now() - t < std::chrono::microseconds(10)) {
           }
-          if (tid != 0 && rep % 4 == 1 && !stalled.exchange(true))  // a worker's first chunk
-            std::this_thread::sleep_for(std::chrono::microseconds(300));
+          if (rep % 4 != 1) return;
+          if (tid == 0) {  // hold the caller (up to 50 ms) until a worker stalls in a chunk
+            for (int k = 0; k < 1000 && !stalled.load(); ++k) std::this_thread::sleep_for(std::chrono::microseconds(50));
+          } else if (!stalled.exchange(true)) {
+            std::this_thread::sleep_for(std::chrono::microseconds(300));  // a worker's first chunk
+          }
         };
         if (rep % 5 == 4) {
           std::atomic<int> ran{0};
@@ -289,6 +295,58 @@ TEST(ThreadPool, RedoableJobsMixedWithOthersStayExact) {
       }
     }
   }
+}
+
+// Steering (as the caller's preemption checks would drive it): anchored where it is, moved on
+// round robin, the workers kept off the caller's CPU each time, and every mask back once quiet.
+TEST(ThreadPool, SteeringPinsTheCallerKeepsWorkersOffItAndRestoresTheMasks) {
+  cpu_set_t start;
+  ASSERT_EQ(sched_getaffinity(0, sizeof start, &start), 0);
+  if (CPU_COUNT(&start) < 2) GTEST_SKIP() << "one CPU: nothing to steer";
+  if (const char* e = std::getenv("DFL_POOL_STEER"); e && std::atoi(e) == 0) GTEST_SKIP() << "DFL_POOL_STEER=0";
+  ThreadPool pool(2);
+  auto masks = [&] {  // each thread's own mask
+    std::vector<cpu_set_t> m(2);
+    pool.run_on_all([&](int tid) { sched_getaffinity(0, sizeof(cpu_set_t), &m[size_t(tid)]); });
+    return m;
+  };
+  masks();  // the worker is up
+  auto only = [](const cpu_set_t& m) {
+    EXPECT_EQ(CPU_COUNT(&m), 1);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &m)) return c;
+    return -1;
+  };
+  auto all_but = [&](int c) {
+    cpu_set_t r = start;
+    CPU_CLR(c, &r);
+    return r;
+  };
+  pool.steer_caller(true, false);  // contended, the caller not preempted: it stays
+  std::vector<cpu_set_t> m = masks();
+  const int here = only(m[0]);
+  ASSERT_TRUE(CPU_ISSET(here, &start));
+  cpu_set_t want = all_but(here);
+  EXPECT_TRUE(CPU_EQUAL(&m[1], &want)) << "the worker is kept off the caller's CPU";
+  pool.steer_caller(true, true);  // the caller preempted there: the next CPU of the mask
+  m = masks();
+  int next = here;
+  do next = (next + 1) % CPU_SETSIZE; while (!CPU_ISSET(next, &start));
+  EXPECT_EQ(only(m[0]), next);
+  want = all_but(next);
+  EXPECT_TRUE(CPU_EQUAL(&m[1], &want));
+  pool.steer_caller(false, false);  // no longer contended: the starting masks
+  m = masks();
+  EXPECT_TRUE(CPU_EQUAL(&m[0], &start));
+  EXPECT_TRUE(CPU_EQUAL(&m[1], &start));
+  {  // a pool that ends while its caller is pinned gives the mask back
+    ThreadPool other(2);
+    other.run_on_all([](int) {});
+    other.steer_caller(true, false);
+  }
+  cpu_set_t after;
+  ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&after, &start));
 }
 
 }  // namespace
