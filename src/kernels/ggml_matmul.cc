@@ -147,7 +147,7 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, 
     }
   };
   if (M * K >= kParallelElems && pool.n_threads() > 1)
-    pool.parallel_for(M, rows, 1);
+    pool.parallel_for_redoable(M, rows, 1);  // x → the int8 rows, scales, residual: out of place
   else
     rows(0, M, 0);
 }

@@ -305,13 +305,18 @@ static void attention_portable(const float* q, const int32_t* q_pos, int64_t n_q
 // falls.
 namespace {
 
+// out_of_place: fn writes no element it reads, so a chunk can be abandoned midway and run
+// again (ThreadPool::parallel_for_redoable); an in-place op (x += y, an aliased output) cannot.
 template <typename Fn>
-void over_rows(ThreadPool* pool, int64_t n_rows, int64_t row_elems, Fn&& fn) {
+void over_rows(ThreadPool* pool, int64_t n_rows, int64_t row_elems, Fn&& fn, bool out_of_place = false) {
   if (!pool || pool->n_threads() < 2 || n_rows < 2 || n_rows * row_elems < kParallelElems) {
     fn(int64_t(0), n_rows);
     return;
   }
-  pool->parallel_for(n_rows, [&](int64_t b, int64_t e, int) { fn(b, e); });
+  if (out_of_place)
+    pool->parallel_for_redoable(n_rows, [&](int64_t b, int64_t e, int) { fn(b, e); });
+  else
+    pool->parallel_for(n_rows, [&](int64_t b, int64_t e, int) { fn(b, e); });
 }
 }  // namespace
 
@@ -322,7 +327,7 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float
     if (isa == IsaLevel::kAvx512) return cpu::avx512::rms_norm(x + b * dim, w, e - b, dim, eps, y + b * dim);
     if (isa == IsaLevel::kAvx2) return cpu::avx2::rms_norm(x + b * dim, w, e - b, dim, eps, y + b * dim);
     rms_norm_portable(x + b * dim, w, e - b, dim, eps, y + b * dim);
-  });
+  }, y != x);
 }
 
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,
@@ -344,7 +349,7 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadP
     if (isa == IsaLevel::kAvx512) return cpu::avx512::silu_mul(gate + o, up + o, len, out + o);
     if (isa == IsaLevel::kAvx2) return cpu::avx2::silu_mul(gate + o, up + o, len, out + o);
     silu_mul_portable(gate + o, up + o, len, out + o);
-  });
+  }, out != gate && out != up);
 }
 
 void delta_rule_step(const float* s_in, float* s_out, const float* k, const float* q, const float* v,
@@ -385,7 +390,7 @@ void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out, Th
     if (isa == IsaLevel::kAvx512) return cpu::avx512::gelu_tanh_mul(gate + o, up + o, len, out + o);
     if (isa == IsaLevel::kAvx2) return cpu::avx2::gelu_tanh_mul(gate + o, up + o, len, out + o);
     gelu_tanh_mul_portable(gate + o, up + o, len, out + o);
-  });
+  }, out != gate && out != up);
 }
 
 void softcap(float* x, int64_t n, float cap, ThreadPool* pool) {
