@@ -3,12 +3,14 @@
 # (issue 15 item 5). Alternates, per round: `dflash bench` idle, `dflash bench` with a busy loop
 # pinned to the last CPU, and the same two for `llama-bench` when --llama-bench is given.
 #
-#   tools/bench/under_load.sh --model FILE|DIR [--threads 2] [--rounds 2] [--llama-bench BIN]
-#                             [--gguf FILE] [--ggml-cpu DIR]
+#   tools/bench/under_load.sh --model FILE|DIR [--threads 2] [--rounds 2] [--repeats 3]
+#                             [--llama-bench BIN] [--gguf FILE] [--ggml-cpu DIR]
 #
 # The busy loop competes with one of our threads for its core: a pool that shares work
 # dynamically keeps (threads − ½) / threads of its speed — 0.75 at 2 threads — while a static
 # split waits for the descheduled thread at every op and falls towards 0.5 or below.
+# --repeats: timed runs per cell (their median), for both programs; with 1, the pp16 cell is a
+# single 16-token pass right after the model load, before the pool has seen any preemption.
 # Output: a markdown table (tok/s idle, under load, the ratio) on stdout; raw JSON in $OUT.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,6 +19,7 @@ MODEL=
 GGUF=
 THREADS=2
 ROUNDS=2
+REPEATS=3
 LLAMA_BENCH=
 GGML_CPU=
 OUT=${OUT:-/tmp/under_load.$(date -u +%Y%m%dT%H%M%S)}
@@ -26,9 +29,10 @@ while [[ $# -gt 0 ]]; do
     --gguf) GGUF=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
+    --repeats) REPEATS=$2; shift 2 ;;
     --llama-bench) LLAMA_BENCH=$2; shift 2 ;;
     --ggml-cpu) GGML_CPU=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,13 +48,13 @@ stop_load() { [[ -n $busy_pid ]] && kill "$busy_pid" 2>/dev/null && wait "$busy_
 trap stop_load EXIT
 
 ours() {  # $1 = tag
-  "$DFLASH" bench --model "$MODEL" --threads "$THREADS" --repeats 1 --pp 16 --tg 64 --verify 1,16 \
+  "$DFLASH" bench --model "$MODEL" --threads "$THREADS" --repeats "$REPEATS" --pp 16 --tg 64 --verify 1,16 \
     --skip machine,draft,dflash --json >"$OUT/ours.$1.json" 2>"$OUT/ours.$1.err" ||
     echo "dflash bench failed: $OUT/ours.$1.err" >&2
 }
 theirs() {  # $1 = tag
   LD_LIBRARY_PATH=${GGML_CPU}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-    "$LLAMA_BENCH" -m "$GGUF" -t "$THREADS" -p 16 -n 64 -r 1 -o json >"$OUT/theirs.$1.json" \
+    "$LLAMA_BENCH" -m "$GGUF" -t "$THREADS" -p 16 -n 64 -r "$REPEATS" -o json >"$OUT/theirs.$1.json" \
     2>"$OUT/theirs.$1.err" || echo "llama-bench failed: $OUT/theirs.$1.err" >&2
 }
 for ((r = 1; r <= ROUNDS; r++)); do
