@@ -115,7 +115,10 @@ bool set_up_redo() {
 // thread checks its own count every kCheckEvery waits, at most every
 // kCheckNs, and sets or clears its bit of the pool's mask: contended from kContendedRate
 // preemptions a second over the window (there 25–36 per thread on the quiet machine, 150–180
-// with the busy loop). Where a late worker can be revoked (redoable jobs: the kernels that
+// with the busy loop; the window is 50 ms so that the caller's steering, one step a check,
+// settles within a few tenths of a second; a quiet window misread as contended costs little:
+// a revocation only where a worker is late anyway, the caller pinned where it already runs).
+// The baseline is taken at a thread's first wait. Where a late worker can be revoked (redoable jobs: the kernels that
 // carry a forward pass), the cap is off: a worker that keeps spinning keeps its share of the
 // shared core and picks up the next op at once, and the caller no longer waits for its chunk
 // (same machine and load, 4 alternating rounds each, Gemma tg64 57–79 tok/s before revocation,
@@ -123,7 +126,7 @@ bool set_up_redo() {
 // with the cap against 100–108 without).
 constexpr int kContendedSpin = 256;
 constexpr uint32_t kCheckEvery = 64;
-constexpr int64_t kCheckNs = 100'000'000;
+constexpr int64_t kCheckNs = 50'000'000;
 constexpr double kContendedRate = 80;
 struct SpinCheck {
   uint32_t waits = 0;
@@ -143,14 +146,15 @@ long involuntary_switches() {
 // Whether this thread was preempted often in its last window (−1: not checked this time).
 int preempted_lately() {
   SpinCheck& s = t_spin;
-  if (++s.waits % kCheckEvery != 0) return -1;
+  const bool first = s.switches < 0;  // the baseline is taken at the thread's first wait
+  if (!first && ++s.waits % kCheckEvery != 0) return -1;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch()).count();
-  if (now - s.checked_ns < kCheckNs) return -1;
+  if (!first && now - s.checked_ns < kCheckNs) return -1;
   const long n = involuntary_switches();
-  const bool hit = s.switches >= 0 && n >= 0 &&
+  const bool hit = !first && n >= 0 &&
                    double(n - s.switches) * 1e9 >= kContendedRate * double(now - s.checked_ns);
-  s.switches = n;
+  s.switches = n >= 0 ? n : 0;  // (−1: not counted here; then never contended)
   s.checked_ns = now;
   return hit ? 1 : 0;
 }
@@ -444,7 +448,7 @@ void ThreadPool::publish(bool is_static, int64_t count, bool redoable) {
 
 // The caller carries the forward pass: while it shares a core with another process, the
 // workers idle whenever it is descheduled, and revoking cannot help. So while the pool is being
-// preempted, at each of the caller's checks (about every 0.1 s):
+// preempted, at each of the caller's checks (about every 50 ms):
 //   - the caller not preempted: it stays where it is (pinned to its CPU) and the workers keep
 //     off that CPU (pinned to the others), so the scheduler moves neither one of ours nor the
 //     other process onto it;

@@ -24,7 +24,7 @@
 // the caller spins at most as long for the last chunks, then sleeps until the last one is done —
 // it does not keep a core busy that a descheduled worker needs. While the scheduler keeps
 // preempting one of the pool's threads (another process on its core: involuntary context
-// switches, measured per thread about every 0.1 s), every thread spins only briefly.
+// switches, measured per thread about every 50 ms), every thread spins only briefly.
 //
 // Redoable jobs (parallel_for_redoable): a worker the scheduler deschedules inside a chunk holds
 // the whole op for the rest of its time slice (a few ms) — the loss under load. For an fn whose
