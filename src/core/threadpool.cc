@@ -162,6 +162,17 @@ int preempted_lately() {
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+namespace {
+// The starting mask back on thread `tid` of this process — if it still is one: a caller that
+// has exited may have left its id to another process's thread (checked through /proc/self/task:
+// an id recycled inside this process only gets this process's mask).
+void restore_mask(int tid, const cpu_set_t& all) {
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/self/task/%d", tid);
+  if (access(path, F_OK) == 0) sched_setaffinity(tid, sizeof all, &all);
+}
+}  // namespace
+
 bool ThreadPool::redo_supported() {
   static const bool ok = set_up_redo();
   return ok;
@@ -219,7 +230,7 @@ ThreadPool::~ThreadPool() {
   if (steered_caller_ != 0) {  // the pinned caller gets its starting mask back
     cpu_set_t all;
     std::memcpy(&all, cpus_.data(), sizeof all);
-    sched_setaffinity(steered_caller_, sizeof all, &all);
+    restore_mask(steered_caller_, all);
   }
   stop_.store(true, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_seq_cst);
@@ -229,7 +240,7 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::worker_loop(int tid) {
   uint32_t seen = 0, last_static = 0;
-  slots_[size_t(tid)].os_tid = static_cast<int>(syscall(SYS_gettid));
+  slots_[size_t(tid)].os_tid.store(static_cast<int>(syscall(SYS_gettid)), std::memory_order_relaxed);
   if (redo_supported()) {  // the creating thread may block signals; this one must take ours
     sigset_t set;
     sigemptyset(&set);
@@ -392,7 +403,9 @@ uint64_t ThreadPool::wait_redoable(uint32_t seq, uint64_t all, uint64_t mine, in
         Slot& s = slots_[size_t(t)];
         uint64_t want = slot_word(seq, kRunning);
         if (!s.state.compare_exchange_strong(want, slot_word(seq, kRevoked), std::memory_order_seq_cst)) continue;
-        if (syscall(SYS_tgkill, static_cast<int>(getpid()), s.os_tid, revoke_signal()) != 0) {
+        // (os_tid was stored before the worker registered, which we saw)
+        if (syscall(SYS_tgkill, static_cast<int>(getpid()), s.os_tid.load(std::memory_order_relaxed),
+                    revoke_signal()) != 0) {
           std::fprintf(stderr, "dflash: thread pool: cannot signal worker %d\n", t);
           std::abort();  // our own live thread: cannot happen; going on could corrupt outputs
         }
@@ -469,11 +482,13 @@ void ThreadPool::steer_caller(bool contended, bool preempted) {
   if (CPU_COUNT(&all) < 2) return;
   const int caller = static_cast<int>(syscall(SYS_gettid));
   const int mine = sched_getcpu();
-  auto workers = [&](const cpu_set_t& m) {
-    for (int t = 1; t < n_threads_; ++t) sched_setaffinity(slots_[size_t(t)].os_tid, sizeof m, &m);
+  auto workers = [&](const cpu_set_t& m) {  // (a worker not running yet keeps the mask it inherits)
+    for (int t = 1; t < n_threads_; ++t)
+      if (const int id = slots_[size_t(t)].os_tid.load(std::memory_order_relaxed); id != 0)
+        sched_setaffinity(id, sizeof m, &m);
   };
   if (steered_caller_ != 0 && (!contended || steered_caller_ != caller)) {
-    sched_setaffinity(steered_caller_, sizeof all, &all);  // (another thread may submit now)
+    restore_mask(steered_caller_, all);  // (another thread may submit now)
     workers(all);
     steered_caller_ = 0;
     anchored_cpu_ = -1;

@@ -155,7 +155,7 @@ class ThreadPool {
   struct alignas(64) Slot {
     std::atomic<uint64_t> state{0};
     std::atomic<uint64_t> done{0};
-    int os_tid = 0;  // the worker's kernel thread id (the revocation signal's target)
+    std::atomic<int> os_tid{0};  // the worker's kernel thread id (0 until it runs)
   };
   std::unique_ptr<Slot[]> slots_;
   alignas(64) std::atomic<uint32_t> bell_{0};  // rung by a worker that reports a redoable job
