@@ -148,8 +148,7 @@ int preempted_lately() {
   SpinCheck& s = t_spin;
   const bool first = s.switches < 0;  // the baseline is taken at the thread's first wait
   if (!first && ++s.waits % kCheckEvery != 0) return -1;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t now = now_ns();
   if (!first && now - s.checked_ns < kCheckNs) return -1;
   const long n = involuntary_switches();
   const bool hit = !first && n >= 0 &&

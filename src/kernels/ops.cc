@@ -313,10 +313,11 @@ void over_rows(ThreadPool* pool, int64_t n_rows, int64_t row_elems, Fn&& fn, boo
     fn(int64_t(0), n_rows);
     return;
   }
+  const ThreadPool::RangeFn rows = [&](int64_t b, int64_t e, int) { fn(b, e); };
   if (out_of_place)
-    pool->parallel_for_redoable(n_rows, [&](int64_t b, int64_t e, int) { fn(b, e); });
+    pool->parallel_for_redoable(n_rows, rows);
   else
-    pool->parallel_for(n_rows, [&](int64_t b, int64_t e, int) { fn(b, e); });
+    pool->parallel_for(n_rows, rows);
 }
 }  // namespace
 
