@@ -106,8 +106,9 @@ class ThreadPool {
   // How parallel_for cuts [0, n): chunk c is [c*len, min(n, (c+1)*len)) with len = chunk_len;
   // chunk_count chunks. Depends on (n, grain) only while n_threads <= 4 (then on n_threads too,
   // so that big pools still get several chunks per thread).
-  static int64_t chunk_count(int64_t n, int64_t grain, int n_threads);
-  static int64_t chunk_len(int64_t n, int64_t grain, int n_threads);
+  // A redoable job of many grains is cut finer (up to 64 chunks of at least 256 grains).
+  static int64_t chunk_count(int64_t n, int64_t grain, int n_threads, bool redoable = false);
+  static int64_t chunk_len(int64_t n, int64_t grain, int n_threads, bool redoable = false);
 
   // How long (in `pause` iterations) an idle worker spins before sleeping, and the caller spins
   // for the last chunks before sleeping. 0 = sleep at once (use when the machine is

@@ -23,33 +23,45 @@
 namespace dfl {
 namespace {
 
-std::vector<std::pair<int64_t, int64_t>> expected_chunks(int64_t n, int64_t grain, int nt) {
+std::vector<std::pair<int64_t, int64_t>> expected_chunks(int64_t n, int64_t grain, int nt, bool redoable = false) {
   std::vector<std::pair<int64_t, int64_t>> c;
-  const int64_t count = ThreadPool::chunk_count(n, grain, nt), len = ThreadPool::chunk_len(n, grain, nt);
+  const int64_t count = ThreadPool::chunk_count(n, grain, nt, redoable);
+  const int64_t len = ThreadPool::chunk_len(n, grain, nt, redoable);
   for (int64_t i = 0; i < count; ++i) c.emplace_back(i * len, std::min(n, (i + 1) * len));
   return c;
 }
 
 TEST(ThreadPool, ChunkingDependsOnlyOnNAndGrain) {
-  for (int64_t n : {1, 2, 7, 63, 64, 65, 100, 192, 1000, 9496, 151936, 1 << 22}) {
-    for (int64_t grain : {1, 2, 4, 7, 16, 64}) {
-      const auto ref = expected_chunks(n, grain, 1);
-      for (int nt : {2, 3, 4}) EXPECT_EQ(expected_chunks(n, grain, nt), ref) << n << " " << grain;
-      // Covers [0, n) exactly, grain-aligned, non-empty, at most 16 chunks (more than threads).
-      ASSERT_FALSE(ref.empty());
-      EXPECT_LE(ref.size(), 16u);
-      EXPECT_EQ(ref.front().first, 0);
-      EXPECT_EQ(ref.back().second, n);
-      for (size_t i = 0; i < ref.size(); ++i) {
-        EXPECT_LT(ref[i].first, ref[i].second);
-        EXPECT_EQ(ref[i].first % grain, 0);
-        if (i) EXPECT_EQ(ref[i].first, ref[i - 1].second);
+  for (bool redoable : {false, true}) {
+    for (int64_t n : {1, 2, 7, 63, 64, 65, 100, 192, 1000, 4096, 9496, 16384, 151936, 1 << 22}) {
+      for (int64_t grain : {1, 2, 4, 7, 16, 64}) {
+        const auto ref = expected_chunks(n, grain, 1, redoable);
+        for (int nt : {2, 3, 4}) EXPECT_EQ(expected_chunks(n, grain, nt, redoable), ref) << n << " " << grain;
+        // Covers [0, n) exactly, grain-aligned, non-empty, at most 16 chunks (more than threads);
+        // a redoable job of many grains: up to 64 chunks of at least 256 grains.
+        ASSERT_FALSE(ref.empty());
+        const int64_t n_grains = (n + grain - 1) / grain;
+        const int64_t most = redoable ? std::max<int64_t>(16, std::min<int64_t>(64, n_grains / 256)) : 16;
+        EXPECT_EQ(ref.front().first, 0);
+        EXPECT_EQ(ref.back().second, n);
+        for (size_t i = 0; i < ref.size(); ++i) {
+          EXPECT_LT(ref[i].first, ref[i].second);
+          EXPECT_EQ(ref[i].first % grain, 0);
+          if (i) {
+            EXPECT_EQ(ref[i].first, ref[i - 1].second);
+          }
+          if (ref.size() > 16 && i + 1 < ref.size()) {
+            EXPECT_GE(ref[i].second - ref[i].first, 256 * grain);
+          }
+        }
+        EXPECT_LE(static_cast<int64_t>(ref.size()), std::min<int64_t>(n_grains, most));
+        EXPECT_GE(static_cast<int64_t>(ref.size()), std::min<int64_t>(n_grains, most / 2));
       }
-      const int64_t n_grains = (n + grain - 1) / grain;
-      EXPECT_LE(static_cast<int64_t>(ref.size()), std::min<int64_t>(n_grains, 16));
-      EXPECT_GE(static_cast<int64_t>(ref.size()), std::min<int64_t>(n_grains, 8));
     }
   }
+  // Gemma-3-270M's greedy head plane (16,384 tiles): 64 chunks when redoable, 16 otherwise.
+  EXPECT_EQ(ThreadPool::chunk_count(16384, 1, 2, true), 64);
+  EXPECT_EQ(ThreadPool::chunk_count(16384, 1, 2), 16);
   // Big pools still get several chunks per thread.
   EXPECT_GE(ThreadPool::chunk_count(1 << 20, 1, 64), 4 * 64);
   EXPECT_EQ(ThreadPool::chunk_count(0, 16, 2), 0);
@@ -261,9 +273,10 @@ TEST(ThreadPool, RedoableJobsMixedWithOthersStayExact) {
       ThreadPool pool(nt);
       pool.set_spin(spin);
       pool.set_revoke_when_quiet(true);
-      std::vector<int> out(300);
+      std::vector<int> out(20000);
       for (int rep = 0; rep < 300; ++rep) {
-        const int64_t n = 40 + rep % 250;
+        // (every 7th: a job of up to 64 redoable chunks of ~260 items)
+        const int64_t n = rep % 7 == 6 ? 16384 + rep : 40 + rep % 250;
         std::atomic<bool> stalled{false};
         auto body = [&](int64_t b, int64_t e, int tid) {
           for (int64_t i = b; i < e; ++i) out[size_t(i)] = int(i) * 1000 + rep;
