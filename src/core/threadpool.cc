@@ -378,7 +378,8 @@ uint64_t ThreadPool::wait_redoable(uint32_t seq, uint64_t all, uint64_t mine, in
   const int spin = spin_limit(0);
   const bool may_revoke = revoke_when_quiet_.load(std::memory_order_relaxed) ||
                           contended_.load(std::memory_order_relaxed) != 0;
-  const int64_t patience = std::max<int64_t>(kRevokeMinNs, 2 * chunk_ns);
+  const int64_t patience =
+      revoke_at_once_.load(std::memory_order_relaxed) ? 0 : std::max<int64_t>(kRevokeMinNs, 2 * chunk_ns);
   const int64_t since = may_revoke ? now_ns() : 0;
   int spun = 0;
   for (;;) {

@@ -91,8 +91,13 @@ class ThreadPool {
   // Whether this process can revoke: the signal handler is installed and membarrier works, and
   // neither a sanitizer nor DFL_POOL_REDO=0 turned it off.
   static bool redo_supported();
-  // Revoke a late worker of a redoable job even when no thread is being preempted (tests).
-  void set_revoke_when_quiet(bool on) { revoke_when_quiet_.store(on, std::memory_order_relaxed); }
+  // Revoke a late worker of a redoable job even when no thread is being preempted (tests);
+  // `at_once`: without waiting for it at all — every worker still inside a chunk when the
+  // caller has run out of chunks is revoked there (tests of the kernels' redo safety).
+  void set_revoke_when_quiet(bool on, bool at_once = false) {
+    revoke_when_quiet_.store(on, std::memory_order_relaxed);
+    revoke_at_once_.store(on && at_once, std::memory_order_relaxed);
+  }
   // Workers revoked so far (tests, benchmarks).
   uint64_t revocations() const { return revocations_.load(std::memory_order_relaxed); }
   // One step of the caller's CPU steering (header comment), as a preemption check that found
@@ -160,7 +165,7 @@ class ThreadPool {
   };
   std::unique_ptr<Slot[]> slots_;
   alignas(64) std::atomic<uint32_t> bell_{0};  // rung by a worker that reports a redoable job
-  std::atomic<bool> revoke_when_quiet_{false};
+  std::atomic<bool> revoke_when_quiet_{false}, revoke_at_once_{false};
   std::atomic<uint64_t> revocations_{0};
   alignas(64) std::atomic<uint64_t> claim_{0};
   alignas(64) std::atomic<uint32_t> done_{0};

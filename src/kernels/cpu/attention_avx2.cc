@@ -144,7 +144,7 @@ int64_t attention_work_floats(const AttnParams& p, int n_threads) {
 
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool, float* work) {
-  pool.parallel_for(n_q * p.n_heads, [&](int64_t b, int64_t e, int tid) {
+  pool.parallel_for_redoable(n_q * p.n_heads, [&](int64_t b, int64_t e, int tid) {
     float* acc = work + static_cast<int64_t>(tid) * (9 * p.d_v + p.d_qk);
     float* vbuf = acc + p.d_v;
     float* kbuf = vbuf + 8 * p.d_v;

@@ -578,7 +578,7 @@ bool ggml_supported(int dtype) {
 }
 
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
-  pool.parallel_for(
+  pool.parallel_for_redoable(
       w.n_out,
       [&](int64_t n0, int64_t n1, int) {
         switch (w.dtype) {
@@ -596,7 +596,7 @@ void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, T
 
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   const int64_t nb = w.n_in / 32;
-  pool.parallel_for((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
+  pool.parallel_for_redoable((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
     switch (w.dtype) {
       case DType::kQ8_0:
         return packed_tiles<Q32Kernel<kQ80>>(a, M, w, y, t0, t1, nb, kQ32Qs<kQ80> + kQ32Qh<kQ80> + 64);
@@ -610,13 +610,13 @@ void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
 }
 
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
-  pool.parallel_for((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
+  pool.parallel_for_redoable((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
     packed_tiles<Q4KKernel>(a, M, w, y, t0, t1, w.n_in / 256, kQ4K16SuperBytes);
   });
 }
 
 void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
-  pool.parallel_for((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
+  pool.parallel_for_redoable((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
     packed_tiles<Q6KKernel>(a, M, w, y, t0, t1, w.n_in / 256, kQ6K16SuperBytes);
   });
 }

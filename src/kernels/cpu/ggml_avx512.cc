@@ -244,7 +244,7 @@ bool ggml_supported(int dtype) {
 }
 
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
-  pool.parallel_for(
+  pool.parallel_for_redoable(
       w.n_out,
       [&](int64_t n0, int64_t n1, int) {
         switch (w.dtype) {
@@ -505,7 +505,7 @@ void matmul_ggml_f32(const float* x, int64_t M, const WeightMatrix& w, float* y,
   const int64_t rb = K / (w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K || w.dtype == DType::kQ6_K ? 256 : 32) *
                      (w.dtype == DType::kQ8_0 ? 34 : w.dtype == DType::kQ4_0 ? 18 : w.dtype == DType::kQ5_0 ? 22
                       : w.dtype == DType::kQ4_K ? 144 : w.dtype == DType::kQ5_K ? 176 : 210);
-  pool.parallel_for(
+  pool.parallel_for_redoable(
       w.n_out,
       [&](int64_t n0, int64_t n1, int tid) {
         float* buf = rowbuf_all + static_cast<int64_t>(tid) * K;

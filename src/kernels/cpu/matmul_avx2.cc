@@ -135,7 +135,7 @@ void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, Th
   // Several row blocks over BF16 / F16 weights: widen the tile's rows once (per thread) instead
   // of once per row block.
   const bool widen = fp32w_widen_floats(M, w, 1) > 0;
-  pool.parallel_for(
+  pool.parallel_for_redoable(
       n_tiles,
       [&](int64_t t0, int64_t t1, int tid) {
         float* wt = widen ? wbuf + static_cast<int64_t>(tid) * kNR * Kp : nullptr;

@@ -122,7 +122,7 @@ void matmul_q8(const Q8Act& a, int64_t M, const WeightMatrix& w, float* y, Threa
   const int64_t N = w.n_out, nb = a.n_blocks;
   const uint8_t* wq = static_cast<const uint8_t*>(w.data);
   const int64_t n_tiles = (N + 15) / 16;
-  pool.parallel_for(
+  pool.parallel_for_redoable(
       n_tiles,
       [&](int64_t t0, int64_t t1, int) {
         for (int64_t t = t0; t < t1; ++t) {
