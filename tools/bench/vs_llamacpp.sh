@@ -5,11 +5,15 @@
 #
 #   tools/bench/vs_llamacpp.sh --llama-cpp SRC [--build DIR] [--threads 2] [--rounds 3]
 #                              [--cases gemma,qwen3-bf16,qwen3-q8] [--jobs 1] [--ggml-cpu DIR]
+#                              [--no-amx | --avx2]
 #
 # --ggml-cpu DIR: load llama.cpp's CPU backend from DIR (LD_LIBRARY_PATH). On the Sapphire Rapids
 # VM this was written on, a GGML_NATIVE ggml-cpu segfaults in its AMX matmul
 # (ggml_backend_amx_mul_mat); `--no-amx` builds one with GGML_NATIVE=OFF and Zen 4's ISA
 # (AVX-512 F/VNNI/BF16/VBMI) into <build>-noamx and uses it.
+# --avx2: both programs on their AVX2 code (an AVX2-only x86: Zen 1–3, Haswell … Alder Lake):
+# ours with DFL_ISA=avx2, llama.cpp with a ggml-cpu built for AVX2 + FMA + F16C + BMI2 and no
+# AVX-512 into <build>-avx2.
 #
 # SRC: a llama.cpp source tree, or a bare git copy of one (e.g. the fetch tool's
 # /work/.mirror/<owner>+llama.cpp/repo: its sources are `git archive`d beside the build dir).
@@ -34,6 +38,7 @@ CASES=gemma,qwen3-bf16,qwen3-q8
 JOBS=1
 GGML_CPU=
 NO_AMX=0
+AVX2=0
 DFLASH=${DFLASH:-$REPO/build/dflash}
 CACHE=${DFLASH_CACHE:-$HOME/.cache/dflash}
 BENCH_MODELS=${BENCH_MODELS:-/tmp/dflash-bench-models}
@@ -50,7 +55,8 @@ while [[ $# -gt 0 ]]; do
     --jobs) JOBS=$2; shift 2 ;;
     --ggml-cpu) GGML_CPU=$2; shift 2 ;;
     --no-amx) NO_AMX=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --avx2) AVX2=1; shift ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -88,6 +94,20 @@ if [[ $NO_AMX == 1 && -z $GGML_CPU ]]; then
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
       -DLLAMA_OPENSSL=OFF >/dev/null
     cmake --build "$BUILD-noamx" -j"$JOBS" --target ggml-cpu
+  fi
+fi
+if [[ $AVX2 == 1 ]]; then
+  export DFL_ISA=avx2
+  if [[ -z $GGML_CPU ]]; then
+    GGML_CPU=$BUILD-avx2/bin
+    if [[ ! -f $GGML_CPU/libggml-cpu.so ]]; then
+      src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+      cmake -S "$src" -B "$BUILD-avx2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+        -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF \
+        -DGGML_AVX_VNNI=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF >/dev/null
+      cmake --build "$BUILD-avx2" -j"$JOBS" --target ggml-cpu
+    fi
   fi
 fi
 [[ -n $GGML_CPU ]] && export LD_LIBRARY_PATH=$GGML_CPU${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
