@@ -28,34 +28,75 @@ inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_unpacklo_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// 8 weights as fp32 from a pointer to 8 elements of dtype `dt` (F8: scaled by 2^-8).
+// 8 weights as fp32 from a pointer to 8 elements of dtype DT (F8: scaled by 2^-8).
+template <DType DT>
+inline __m256 load_w8(const void* p) {
+  if constexpr (DT == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p));
+  } else if constexpr (DT == DType::kBF16) {
+    const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (DT == DType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+  } else {  // F8_E4M3
+    const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
+    const __m128i sign = _mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x80)), 8);
+    const __m128i mag = _mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x7f)), 7);
+    return _mm256_cvtph_ps(_mm_or_si128(sign, mag));
+  }
+}
+
 inline __m256 load_w8(const void* p, DType dt) {
   switch (dt) {
-    case DType::kF32:
-      return _mm256_loadu_ps(static_cast<const float*>(p));
-    case DType::kBF16: {
-      const __m128i h = _mm_loadu_si128(static_cast<const __m128i*>(p));
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    case DType::kF32: return load_w8<DType::kF32>(p);
+    case DType::kBF16: return load_w8<DType::kBF16>(p);
+    case DType::kF16: return load_w8<DType::kF16>(p);
+    default: return load_w8<DType::kF8E4M3>(p);
+  }
+}
+
+// The tile's MR × kNR outputs over k in [kb, ke) into acc (one fp32 FMA chain per output and
+// lane, k ascending). The weight dtype is a template parameter so that the loop holds the 12
+// accumulators, the MR activation vectors and one weight vector in the 16 ymm registers (a
+// dtype switch per step had spilled the accumulators: `perf annotate`, the AVX2 prefill).
+template <int MR, DType DT>
+inline void tile_steps(const float* xp, int64_t ldx, const char* const* wr, int64_t esz, int64_t kb, int64_t ke,
+                       const __m256* sc, __m256 (&acc)[MR][kNR]) {
+  int64_t k = kb;
+  for (; k + 8 <= ke; k += 8) {
+    __m256 xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xp + i * ldx + k);
+    for (int j = 0; j < kNR; ++j) {
+      __m256 wv = load_w8<DT>(wr[j] + k * esz);
+      if constexpr (DT == DType::kF8E4M3) wv = _mm256_mul_ps(wv, sc[j]);
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
     }
-    case DType::kF16:
-      return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
-    default: {  // F8_E4M3
-      const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
-      const __m128i sign = _mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x80)), 8);
-      const __m128i mag = _mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x7f)), 7);
-      return _mm256_cvtph_ps(_mm_or_si128(sign, mag));
-    }
+  }
+  if (k >= ke) return;
+  // The last partial 8-chunk: the weights through a zero-padded copy; x beyond ke inside it is
+  // either the next scale block or zero padding: masked.
+  alignas(32) unsigned char tail[32];
+  const int64_t valid = ke - k;
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 xm = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), lanes));
+  __m256 xv[MR];
+  for (int i = 0; i < MR; ++i) xv[i] = _mm256_and_ps(_mm256_loadu_ps(xp + i * ldx + k), xm);
+  for (int j = 0; j < kNR; ++j) {
+    std::memset(tail, 0, sizeof(tail));
+    std::memcpy(tail, wr[j] + k * esz, static_cast<size_t>(valid * esz));
+    __m256 wv = load_w8<DT>(tail);
+    if constexpr (DT == DType::kF8E4M3) wv = _mm256_mul_ps(wv, sc[j]);
+    for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
   }
 }
 
 // widened (BF16 / F16 weights, several row blocks): the tile's kNR weight rows already widened
 // to fp32 (row j at widened + j * ldw), read instead of w's (the same values, so the same bits).
-template <int MR>
+template <int MR, DType DT>
 void tile(const float* xp, int64_t ldx, const WeightMatrix& w, int64_t esz, int64_t n0,
           int64_t n_valid, float* y, int64_t ldy, const float* widened, int64_t ldw) {
   const int64_t K = w.n_in;
-  const bool f8 = w.dtype == DType::kF8E4M3;
-  const DType dt = widened ? DType::kF32 : w.dtype;
+  constexpr bool f8 = DT == DType::kF8E4M3;
   const char* wr[kNR];
   const float* srow[kNR] = {nullptr, nullptr, nullptr, nullptr};
   const int64_t grid_cols = f8 ? (K + w.scale_block_in - 1) / w.scale_block_in : 0;
@@ -65,53 +106,35 @@ void tile(const float* xp, int64_t ldx, const WeightMatrix& w, int64_t esz, int6
                     : static_cast<const char*>(w.data) + n * K * esz;
     if (f8 && w.scale) srow[j] = w.scale + (n / w.scale_block_out) * grid_cols;
   }
-  if (widened) esz = 4;
   __m256 acc[MR][kNR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < kNR; ++j) acc[i][j] = _mm256_setzero_ps();
-  const int64_t kb_step = f8 ? w.scale_block_in : K;
-  alignas(32) unsigned char tail[kNR][32];
-  for (int64_t kb = 0; kb < K; kb += kb_step) {
-    const int64_t ke = imin(K, kb + kb_step);
-    __m256 sc[kNR];
-    if (f8)
-      for (int j = 0; j < kNR; ++j)
-        sc[j] = _mm256_set1_ps((srow[j] ? srow[j][kb / kb_step] : 1.0f) * 256.0f);
-    for (int64_t k = kb; k < ke; k += 8) {
-      __m256 wv[kNR];
-      if (k + 8 <= ke) {
-        for (int j = 0; j < kNR; ++j) wv[j] = load_w8(wr[j] + k * esz, dt);
-      } else {
-        for (int j = 0; j < kNR; ++j) {
-          std::memset(tail[j], 0, sizeof(tail[j]));
-          std::memcpy(tail[j], wr[j] + k * esz, (ke - k) * esz);
-          wv[j] = load_w8(tail[j], dt);
-        }
-      }
-      if (f8)
-        for (int j = 0; j < kNR; ++j) wv[j] = _mm256_mul_ps(wv[j], sc[j]);
-      // x beyond ke inside this 8-chunk is either the next scale block or zero padding: mask it.
-      // (A whole 8-chunk needs no mask: and-ing with all ones changes no bit.)
-      const int64_t valid = imin(8, ke - k);
-      if (valid == 8) {
-        for (int i = 0; i < MR; ++i) {
-          const __m256 xv = _mm256_loadu_ps(xp + i * ldx + k);
-          for (int j = 0; j < kNR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-        }
-        continue;
-      }
-      const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-      const __m256 xm = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), lanes));
-      for (int i = 0; i < MR; ++i) {
-        const __m256 xv = _mm256_and_ps(_mm256_loadu_ps(xp + i * ldx + k), xm);
-        for (int j = 0; j < kNR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-      }
+  if constexpr (f8) {
+    for (int64_t kb = 0; kb < K; kb += w.scale_block_in) {
+      __m256 sc[kNR];
+      for (int j = 0; j < kNR; ++j) sc[j] = _mm256_set1_ps((srow[j] ? srow[j][kb / w.scale_block_in] : 1.0f) * 256.0f);
+      tile_steps<MR, DT>(xp, ldx, wr, esz, kb, imin(K, kb + w.scale_block_in), sc, acc);
     }
+  } else if (widened) {
+    tile_steps<MR, DType::kF32>(xp, ldx, wr, 4, 0, K, nullptr, acc);
+  } else {
+    tile_steps<MR, DT>(xp, ldx, wr, esz, 0, K, nullptr, acc);
   }
   for (int i = 0; i < MR; ++i) {
     alignas(16) float r[4];
     _mm_store_ps(r, reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
     for (int j = 0; j < n_valid; ++j) y[i * ldy + j] = r[j];
+  }
+}
+
+template <int MR>
+void tile_any(const float* xp, int64_t ldx, const WeightMatrix& w, int64_t esz, int64_t n0,
+              int64_t n_valid, float* y, int64_t ldy, const float* widened, int64_t ldw) {
+  switch (w.dtype) {
+    case DType::kF32: return tile<MR, DType::kF32>(xp, ldx, w, esz, n0, n_valid, y, ldy, widened, ldw);
+    case DType::kBF16: return tile<MR, DType::kBF16>(xp, ldx, w, esz, n0, n_valid, y, ldy, widened, ldw);
+    case DType::kF16: return tile<MR, DType::kF16>(xp, ldx, w, esz, n0, n_valid, y, ldy, widened, ldw);
+    default: return tile<MR, DType::kF8E4M3>(xp, ldx, w, esz, n0, n_valid, y, ldy, widened, ldw);
   }
 }
 
@@ -158,9 +181,9 @@ void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, Th
             const float* xr = xp + m0 * Kp;
             float* yr = y + m0 * N + n0;
             switch (imin(kMR, M - m0)) {
-              case 1: tile<1>(xr, Kp, w, esz, n0, nv, yr, N, wt, Kp); break;
-              case 2: tile<2>(xr, Kp, w, esz, n0, nv, yr, N, wt, Kp); break;
-              default: tile<3>(xr, Kp, w, esz, n0, nv, yr, N, wt, Kp); break;
+              case 1: tile_any<1>(xr, Kp, w, esz, n0, nv, yr, N, wt, Kp); break;
+              case 2: tile_any<2>(xr, Kp, w, esz, n0, nv, yr, N, wt, Kp); break;
+              default: tile_any<3>(xr, Kp, w, esz, n0, nv, yr, N, wt, Kp); break;
             }
           }
         }
