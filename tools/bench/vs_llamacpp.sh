@@ -84,31 +84,28 @@ if [[ ! -x $LLAMA_BENCH ]]; then
     -DLLAMA_OPENSSL=OFF >/dev/null
   cmake --build "$BUILD" -j"$JOBS" --target llama-bench
 fi
-if [[ $NO_AMX == 1 && -z $GGML_CPU ]]; then
-  GGML_CPU=$BUILD-noamx/bin
-  if [[ ! -f $GGML_CPU/libggml-cpu.so ]]; then
+# A ggml-cpu for one ISA beside the build: <build>-$1 (unless built already), the rest of $@ its
+# ISA flags; prints the folder that holds the library.
+ggml_cpu_for() {
+  local dir=$BUILD-$1
+  shift
+  if [[ ! -f $dir/bin/libggml-cpu.so ]]; then
+    local src
     src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
-    cmake -S "$src" -B "$BUILD-noamx" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
-      -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON \
-      -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DLLAMA_CURL=OFF \
+    cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+      -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "$@" -DLLAMA_CURL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
-      -DLLAMA_OPENSSL=OFF >/dev/null
-    cmake --build "$BUILD-noamx" -j"$JOBS" --target ggml-cpu
+      -DLLAMA_OPENSSL=OFF >/dev/null || return 1
+    cmake --build "$dir" -j"$JOBS" --target ggml-cpu >&2 || return 1
   fi
+  echo "$dir/bin"
+}
+if [[ $NO_AMX == 1 && -z $GGML_CPU ]]; then
+  GGML_CPU=$(ggml_cpu_for noamx -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON)
 fi
 if [[ $AVX2 == 1 ]]; then
   export DFL_ISA=avx2
-  if [[ -z $GGML_CPU ]]; then
-    GGML_CPU=$BUILD-avx2/bin
-    if [[ ! -f $GGML_CPU/libggml-cpu.so ]]; then
-      src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
-      cmake -S "$src" -B "$BUILD-avx2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
-        -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF \
-        -DGGML_AVX_VNNI=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
-        -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF >/dev/null
-      cmake --build "$BUILD-avx2" -j"$JOBS" --target ggml-cpu
-    fi
-  fi
+  [[ -n $GGML_CPU ]] || GGML_CPU=$(ggml_cpu_for avx2 -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
 fi
 [[ -n $GGML_CPU ]] && export LD_LIBRARY_PATH=$GGML_CPU${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [[ -x $DFLASH ]] || { echo "build dflash first: cmake --build build ($DFLASH missing)" >&2; exit 2; }
