@@ -48,7 +48,8 @@ constexpr int kMaxRedoChunks = 64;  // a job's finished chunks are one 64-bit ma
 // How long the caller waits for a worker's last chunk before it revokes the worker: twice its
 // own chunks' mean time, at least this (a running worker finishes well within it).
 constexpr int64_t kRevokeMinNs = 10'000;
-// A redoable job is cut into chunks of at least this many grains beyond the usual 16 (chunk_count).
+// A redoable job of many grains is cut into more than the usual 16 chunks, each of at least this
+// many grains, up to kMaxRedoChunks (chunk_count).
 constexpr int64_t kRedoChunkGrains = 256;
 
 // What the signal handler needs to know about its thread. The handler runs on the revoked

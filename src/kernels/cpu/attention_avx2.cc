@@ -156,7 +156,7 @@ void group_rows(const float* qv, int32_t qpos, const KvPages& kv, const AttnPara
 // The heads of a task: a whole GQA group where it has at most kMaxGroup heads, else one.
 int32_t group_size(const AttnParams& p) {
   const int32_t g = p.n_heads / p.n_kv_heads;
-  return g <= kMaxGroup ? g : 1;
+  return g <= kMaxGroup && g * p.n_kv_heads == p.n_heads ? g : 1;
 }
 
 }  // namespace
