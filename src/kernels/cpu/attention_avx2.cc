@@ -153,10 +153,15 @@ void group_rows(const float* qv, int32_t qpos, const KvPages& kv, const AttnPara
   }
 }
 
-// The heads of a task: a whole GQA group where it has at most kMaxGroup heads, else one.
+// The heads of a task: the largest part of a GQA group that divides it and has at most
+// kMaxGroup heads (a 16-head group runs as two tasks of 8); one head where n_heads is not a
+// multiple of n_kv_heads.
 int32_t group_size(const AttnParams& p) {
-  const int32_t g = p.n_heads / p.n_kv_heads;
-  return g <= kMaxGroup && g * p.n_kv_heads == p.n_heads ? g : 1;
+  const int32_t full = p.n_heads / p.n_kv_heads;
+  if (full * p.n_kv_heads != p.n_heads) return 1;
+  for (int32_t g = kMaxGroup; g > 1; --g)
+    if (full % g == 0) return g;
+  return 1;
 }
 
 }  // namespace
