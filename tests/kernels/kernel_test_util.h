@@ -75,6 +75,13 @@ inline std::vector<IsaLevel> isa_levels() {
 // Attention kernels: portable, AVX2, AVX-512.
 inline std::vector<IsaLevel> attention_levels() { return isa_levels(); }
 
+// Sets the GGUF activation mode (ops.h GgmlActivations) for one scope.
+struct ActScope {
+  explicit ActScope(GgmlActivations a) : old(ggml_activations()) { set_ggml_activations(a); }
+  ~ActScope() { set_ggml_activations(old); }
+  GgmlActivations old;
+};
+
 // Sets the ISA cap for one scope.
 struct IsaScope {
   explicit IsaScope(IsaLevel l) { set_cpu_isa_limit(l); }

@@ -20,11 +20,7 @@
 namespace dfl {
 namespace {
 
-struct ActScope {
-  explicit ActScope(GgmlActivations a) : old(ggml_activations()) { set_ggml_activations(a); }
-  ~ActScope() { set_ggml_activations(old); }
-  GgmlActivations old;
-};
+using test::ActScope;
 
 std::vector<int32_t> reference_argmax(const float* x, int64_t M, const WeightMatrix& w,
                                       ThreadPool& pool) {

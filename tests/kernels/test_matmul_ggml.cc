@@ -25,11 +25,7 @@ std::vector<int64_t> widths(DType t) {
   return {32, 96, 640, 2080};
 }
 
-struct ActScope {
-  explicit ActScope(GgmlActivations a) : old(ggml_activations()) { set_ggml_activations(a); }
-  ~ActScope() { set_ggml_activations(old); }
-  GgmlActivations old;
-};
+using test::ActScope;
 
 class MatmulGgmlAct : public ::testing::TestWithParam<GgmlActivations> {};
 INSTANTIATE_TEST_SUITE_P(Act, MatmulGgmlAct,

@@ -38,11 +38,7 @@ void expect_same_bits_when_revoked(const std::string& what, size_t n_out, int re
   }
 }
 
-struct ActScope {
-  explicit ActScope(GgmlActivations a) : old(ggml_activations()) { set_ggml_activations(a); }
-  ~ActScope() { set_ggml_activations(old); }
-  GgmlActivations old;
-};
+using test::ActScope;
 
 TEST(RedoableKernels, SameBitsWhenWorkersAreRevokedInsideChunks) {
   ThreadPool pool(revoking_threads());
