@@ -46,12 +46,15 @@ inline __m256 load_w8(const void* p) {
   }
 }
 
-inline __m256 load_w8(const void* p, DType dt) {
-  switch (dt) {
-    case DType::kF32: return load_w8<DType::kF32>(p);
-    case DType::kBF16: return load_w8<DType::kBF16>(p);
-    case DType::kF16: return load_w8<DType::kF16>(p);
-    default: return load_w8<DType::kF8E4M3>(p);
+// One weight row of K elements of dtype DT as fp32 at dst (exact for BF16 / F16).
+template <DType DT>
+void widen_row(const char* src, int64_t K, int64_t esz, float* dst) {
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) _mm256_storeu_ps(dst + k, load_w8<DT>(src + k * esz));
+  if (k < K) {
+    alignas(32) unsigned char tl[32] = {};
+    std::memcpy(tl, src + k * esz, static_cast<size_t>((K - k) * esz));
+    _mm256_storeu_ps(dst + k, load_w8<DT>(tl));
   }
 }
 
@@ -165,16 +168,12 @@ void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, Th
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t n0 = t * kNR, nv = imin(kNR, N - n0);
           if (widen) {
-            for (int64_t j = 0; j < nv; ++j) {
+            for (int64_t j = 0; j < nv; ++j) {  // (widen: BF16 or F16 weights only)
               const char* src = static_cast<const char*>(w.data) + (n0 + j) * K * esz;
-              float* dst = wt + j * Kp;
-              int64_t k = 0;
-              for (; k + 8 <= K; k += 8) _mm256_storeu_ps(dst + k, load_w8(src + k * esz, w.dtype));
-              if (k < K) {
-                alignas(32) unsigned char tl[32] = {};
-                std::memcpy(tl, src + k * esz, (K - k) * esz);
-                _mm256_storeu_ps(dst + k, load_w8(tl, w.dtype));
-              }
+              if (w.dtype == DType::kBF16)
+                widen_row<DType::kBF16>(src, K, esz, wt + j * Kp);
+              else
+                widen_row<DType::kF16>(src, K, esz, wt + j * Kp);
             }
           }
           for (int64_t m0 = 0; m0 < M; m0 += kMR) {
