@@ -62,8 +62,7 @@ CpuFeatures detect() {
 
 IsaLevel detect_max() {
   const CpuFeatures& f = cpu_features();
-  if (f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && f.avx512bf16 && f.avx512vnni &&
-      f.fma && f.f16c)
+  if (f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && f.avx512vnni && f.fma && f.f16c)
     return IsaLevel::kAvx512;
   if (f.avx2 && f.fma && f.f16c) return IsaLevel::kAvx2;
   return IsaLevel::kScalar;
@@ -81,6 +80,10 @@ IsaLevel min_level(IsaLevel a, IsaLevel b) { return static_cast<int>(a) < static
 
 IsaLevel g_limit = IsaLevel::kAvx512;
 bool g_amx_on = true;
+bool g_avx512_bf16_on = [] {
+  const char* s = std::getenv("DFL_AVX512_BF16");
+  return !(s && !std::strcmp(s, "0"));
+}();
 
 bool amx_permitted() {
   const CpuFeatures& f = cpu_features();
@@ -116,10 +119,16 @@ void set_cpu_isa_limit(IsaLevel level) { g_limit = level; }
 
 bool amx_usable() {
   static const bool permitted = amx_permitted();
-  return permitted && g_amx_on && cpu_isa() == IsaLevel::kAvx512;
+  return permitted && g_amx_on && avx512_bf16_usable();
 }
 
 void set_amx_enabled(bool on) { g_amx_on = on; }
+
+bool avx512_bf16_usable() {
+  return cpu_features().avx512bf16 && g_avx512_bf16_on && cpu_isa() == IsaLevel::kAvx512;
+}
+
+void set_avx512_bf16_enabled(bool on) { g_avx512_bf16_on = on; }
 
 const char* isa_name(IsaLevel level) {
   switch (level) {

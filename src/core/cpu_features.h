@@ -21,7 +21,8 @@ struct CpuFeatures {
 enum class IsaLevel : int {
   kScalar = 0,  // portable C++ (kernels/ops.cc)
   kAvx2 = 1,    // AVX2 + FMA + F16C
-  kAvx512 = 2,  // AVX-512 F/BW/DQ/VL + BF16 + VNNI (Zen 4/5, Sapphire Rapids and later)
+  kAvx512 = 2,  // AVX-512 F/BW/DQ/VL + VNNI (Cascade Lake, Ice Lake, Zen 4/5, Sapphire Rapids and
+                //   later); the BF16 instructions are used only where avx512_bf16_usable()
 };
 
 // Detected once, cached.
@@ -35,9 +36,18 @@ void set_cpu_isa_limit(IsaLevel level);
 const char* isa_name(IsaLevel level);
 
 // AMX tiles (BF16) usable by this process: CPU + OS support, the Linux permission request
-// (arch_prctl ARCH_REQ_XCOMP_PERM) granted, cpu_isa() == kAvx512, not disabled by DFL_AMX=0 or
+// (arch_prctl ARCH_REQ_XCOMP_PERM) granted, avx512_bf16_usable(), not disabled by DFL_AMX=0 or
 // set_amx_enabled(false). Used for BF16 weights prepacked by prepack_weight().
 bool amx_usable();
 void set_amx_enabled(bool on);
+
+// The AVX-512 BF16 instructions (vdpbf16ps, vcvtne2ps2bf16, vcvtneps2bf16) usable: the CPU has
+// them, cpu_isa() == kAvx512, and they are not disabled by DFL_AVX512_BF16=0 or
+// set_avx512_bf16_enabled(false). Without them (Cascade Lake, Ice Lake, Tiger Lake) the AVX-512
+// kernels compute the same bits with fp32 FMA and integer rounding (ops.h Bf16Dot::kFma,
+// cpu/simd_avx512.h's bf16 conversions); disabling them here is how one machine tests that.
+// Not thread-safe against running kernels.
+bool avx512_bf16_usable();
+void set_avx512_bf16_enabled(bool on);
 
 }  // namespace dfl

@@ -75,7 +75,7 @@ ThreadPool& pool_for(ThreadPool& pool, int64_t work) {
 void bf16_packed_avx512(const float* x, int64_t n_rows, const WeightMatrix* const* ws, float* const* ys,
                         int n, ThreadPool& pool) {
   thread_local std::vector<uint16_t> xb;
-  const bool fma = ops::g_bf16_dot == Bf16Dot::kFma;
+  const bool fma = bf16_dot() == Bf16Dot::kFma;
   const int64_t K = ws[0]->n_in;
   const int64_t len = fma ? 2 * n_rows * cpu::avx512::fma_x_stride(K) : n_rows * ((K + 31) / 32 * 32);
   cpu::avx512::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool, scratch(xb, static_cast<size_t>(len)), fma);
@@ -462,7 +462,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
       cpu::amx::attention(q, q_pos, n_q, kv, p, out, pool, work, pos_work);
     else
       cpu::avx512::attention_bf16(q, q_pos, n_q, kv, p, out, pool, work, pos_work,
-                                  g_bf16_dot == Bf16Dot::kFma);
+                                  bf16_dot() == Bf16Dot::kFma);
     return;
   }
   if (cpu_isa() == IsaLevel::kAvx512) {
@@ -525,7 +525,7 @@ bool kv_dtype_from_name(const char* s, KvDtype* out) {
 }
 
 void set_bf16_dot(Bf16Dot d) { ops::g_bf16_dot = d; }
-Bf16Dot bf16_dot() { return ops::g_bf16_dot; }
+Bf16Dot bf16_dot() { return avx512_bf16_usable() ? ops::g_bf16_dot : Bf16Dot::kFma; }
 void set_bf16_prefill_attention(bool on) { ops::g_bf16_prefill_attention = on; }
 bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }
 bool uses_bf16_prefill_attention(int64_t n_q) {

@@ -385,8 +385,10 @@ ArgmaxStats argmax_stats();
 //     so at verify and prefill sizes this is 1.5–1.8× faster there, and the same bits as vdpbf16ps
 //     on Intel (tested; x has no bf16 denormals, and the flushing of denormal weights / sums that
 //     vdpbf16ps does, this does not).
-// Default: kFma on Intel CPUs, kDpbf16 elsewhere; DFL_BF16_DOT=fma|dpbf16 overrides. One choice per
-// process (batch invariance holds under either). Not thread-safe against running kernels.
+// Default: kFma on Intel CPUs, kDpbf16 elsewhere; DFL_BF16_DOT=fma|dpbf16 overrides. bf16_dot()
+// is kFma whatever was set where the BF16 instructions are not usable (core/cpu_features.h
+// avx512_bf16_usable(): Cascade Lake, Ice Lake). One choice per process (batch invariance holds
+// under either). Not thread-safe against running kernels.
 enum class Bf16Dot { kDpbf16, kFma };
 void set_bf16_dot(Bf16Dot d);
 Bf16Dot bf16_dot();

@@ -88,13 +88,15 @@ struct IsaScope {
   ~IsaScope() { set_cpu_isa_limit(IsaLevel::kAvx512); }
 };
 
-// A kernel path: an ISA cap, AMX on or off and the BF16 product engine without AMX (ops.h
-// Bf16Dot); PathScope selects one for a scope.
+// A kernel path: an ISA cap, AMX on or off, the BF16 product engine without AMX (ops.h
+// Bf16Dot) and whether the AVX-512 BF16 instructions may run (core/cpu_features.h
+// avx512_bf16_usable(): off = a Cascade Lake / Ice Lake); PathScope selects one for a scope.
 struct PathConfig {
   IsaLevel isa;
   bool amx;
   std::string name;
   Bf16Dot bf16 = Bf16Dot::kDpbf16;
+  bool bf16_hw = true;
 };
 // Each of `levels` with AMX off, then AVX-512 + AMX where usable.
 inline std::vector<PathConfig> paths_over(const std::vector<IsaLevel>& levels) {
@@ -105,13 +107,16 @@ inline std::vector<PathConfig> paths_over(const std::vector<IsaLevel>& levels) {
   return v;
 }
 // `levels` as paths_over gives them, with AVX-512's bf16 pair products also on fp32 FMA
-// (ops.h Bf16Dot) right after the vdpbf16ps path.
+// (ops.h Bf16Dot) right after the vdpbf16ps path, then AVX-512 without the BF16 instructions
+// where the CPU has them (where it has not, the plain AVX-512 path is that one).
 inline std::vector<PathConfig> paths_with_bf16_fma(const std::vector<IsaLevel>& levels) {
   std::vector<PathConfig> v = paths_over(levels);
   for (size_t i = 0; i < v.size(); ++i)
     if (v[i].isa == IsaLevel::kAvx512 && !v[i].amx) {
-      v.insert(v.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-               {IsaLevel::kAvx512, false, "avx512+bf16-fma", Bf16Dot::kFma});
+      const auto at = v.begin() + static_cast<std::ptrdiff_t>(i) + 1;
+      if (avx512_bf16_usable())
+        v.insert(at, {{IsaLevel::kAvx512, false, "avx512+bf16-fma", Bf16Dot::kFma},
+                      {IsaLevel::kAvx512, false, "avx512-no-bf16", Bf16Dot::kFma, false}});
       break;
     }
   return v;
@@ -130,10 +135,12 @@ struct PathScope {
   IsaScope isa;
   Bf16Dot bf16_before = bf16_dot();
   explicit PathScope(const PathConfig& c) : isa(c.isa) {
+    set_avx512_bf16_enabled(c.bf16_hw);
     set_amx_enabled(c.amx);
     set_bf16_dot(c.bf16);
   }
   ~PathScope() {
+    set_avx512_bf16_enabled(true);
     set_amx_enabled(true);
     set_bf16_dot(bf16_before);
   }

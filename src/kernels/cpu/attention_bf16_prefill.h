@@ -124,6 +124,7 @@ void pack_kv(const KvPages& kv, const AttnParams& p, const Shape& s, int32_t kvh
   const int64_t ks = static_cast<int64_t>(p.n_kv_heads) * p.d_qk;
   const int64_t vs = static_cast<int64_t>(p.n_kv_heads) * p.d_v;
   alignas(64) uint32_t rows[16][16];
+  const bool hw = avx512_bf16_usable();
   for (int64_t kb = b; kb < e; ++kb) {
     const Half half[2] = {half_at(kv, p, kvh, kb * kKT), half_at(kv, p, kvh, kb * kKT + 16)};
     // K: tile (kb, half, dc)[pair][slot] = (K[slot][2 pair], K[slot][2 pair + 1]).
@@ -140,7 +141,7 @@ void pack_kv(const KvPages& kv, const AttnParams& p, const Shape& s, int32_t kvh
             const long left = p.d_qk - dc * 32;
             const __m512 lo = _mm512_maskz_loadu_ps(lanes16(left), kr);
             const __m512 hi = _mm512_maskz_loadu_ps(lanes16(left - 16), kr + 16);
-            packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+            packed = avx512::cvtne2ps_bf16(hi, lo, hw);
           }
           _mm512_store_si512(rows[j], packed);
         }
@@ -169,7 +170,7 @@ void pack_kv(const KvPages& kv, const AttnParams& p, const Shape& s, int32_t kvh
                                      : _mm512_setzero_ps();
         const __m512 c = hf.used(j1) ? _mm512_maskz_loadu_ps(m, hf.v + j1 * vs + vc * 16)
                                      : _mm512_setzero_ps();
-        const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(c, a);
+        const __m512i ab = avx512::cvtne2ps_bf16(c, a, hw);
         _mm512_store_si512(tile + pr * 32, _mm512_permutexvar_epi16(interleave, ab));
       }
     }
@@ -199,6 +200,7 @@ void attend_task(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
   float* mrun = tb + 16 * 16;
   float* lrun = mrun + 16;
   float* corr = lrun + 16;
+  const bool hw = avx512_bf16_usable();
   for (int r = 0; r < kQT; ++r) {
     uint16_t* qr = qb + r * Dp;
     const float* src = r < nq ? q + ((i0 + r) * p.n_heads + h) * p.d_qk : nullptr;
@@ -206,7 +208,7 @@ void attend_task(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
       const long left = src ? p.d_qk - c : 0;
       const __m512 lo = _mm512_maskz_loadu_ps(lanes16(left), src ? src + c : nullptr);
       const __m512 hi = _mm512_maskz_loadu_ps(lanes16(left - 16), src ? src + c + 16 : nullptr);
-      _mm512_store_si512(qr + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      _mm512_store_si512(qr + c, avx512::cvtne2ps_bf16(hi, lo, hw));
     }
     mrun[r] = p.sinks ? p.sinks[h] : -__builtin_inff();
     lrun[r] = p.sinks ? 1.0f : 0.0f;
@@ -249,7 +251,7 @@ void attend_task(const float* q, const int32_t* q_pos, int64_t i0, int64_t nq, i
       }
       corr[r] = c;
       lrun[r] = lrun[r] * c + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
-      _mm512_store_si512(pb + r * 32, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+      _mm512_store_si512(pb + r * 32, avx512::cvtne2ps_bf16(p1, p0, hw));
     }
     Engine::accumulate(pb, vp + kb * nvc * kTile, nvc, vis, rescale, corr, o, tb);
   }

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx512.h"
 
 namespace dfl::cpu::avx512 {
 
@@ -82,6 +83,7 @@ constexpr int kMRbf16 = 6;  // 24 accumulators + 4 weight vectors + 1 activation
 
 // x [M, K] → bf16 rows (RNE, as _mm512_cvtne2ps_pbh), zero-padded to Kp.
 void to_bf16_rows(const float* x, int64_t M, int64_t K, int64_t Kp, uint16_t* xb) {
+  const bool hw = avx512_bf16_usable();
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * K;
     uint16_t* dst = xb + m * Kp;
@@ -91,7 +93,7 @@ void to_bf16_rows(const float* x, int64_t M, int64_t K, int64_t Kp, uint16_t* xb
       const __mmask16 m1 = r >= 32 ? 0xffff : r <= 16 ? 0 : static_cast<__mmask16>((1u << (r - 16)) - 1);
       const __m512 lo = _mm512_maskz_loadu_ps(m0, xr + k);
       const __m512 hi = _mm512_maskz_loadu_ps(m1, xr + k + 16);
-      _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      _mm512_storeu_si512(dst + k, cvtne2ps_bf16(hi, lo, hw));
     }
   }
 }
@@ -99,13 +101,14 @@ void to_bf16_rows(const float* x, int64_t M, int64_t K, int64_t Kp, uint16_t* xb
 // x [M, K] → fp32 copies of its bf16 roundings (the same RNE as to_bf16_rows), zero-padded to Kp,
 // rows xs floats apart.
 void to_bf16_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t xs, float* xf) {
+  const bool hw = avx512_bf16_usable();
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * K;
     float* dst = xf + m * xs;
     for (int64_t k = 0; k < Kp; k += 16) {
       const int64_t r = K - k;
       const __mmask16 mk = r >= 16 ? 0xffff : r <= 0 ? 0 : static_cast<__mmask16>((1u << r) - 1);
-      const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, xr + k));
+      const __m256i b = cvtneps_bf16(_mm512_maskz_loadu_ps(mk, xr + k), hw);
       _mm512_storeu_ps(dst + k, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
     }
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/cpu_features.h"
 #include "kernels/visibility.h"
 
 namespace dfl::cpu::avx512 {
@@ -172,6 +173,36 @@ static inline __m512 tanh16(__m512 x) {
   const __mmask16 is_small = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
   const __m512 t = _mm512_or_ps(_mm512_mask_blend_ps(is_small, large, small), _mm512_and_ps(sign, x));
   return _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+// fp32 → bf16 as vcvtneps2bf16 / vcvtne2ps2bf16 round: round to nearest even, NaN quieted
+// ((u >> 16) | 0x40), and a denormal input gives a signed zero (the instructions read denormals
+// as zero; core/dtype.h's f32_to_bf16, the cache's rounding, keeps them). `hw` =
+// avx512_bf16_usable() (core/cpu_features.h), hoisted by the caller: the instruction, else the
+// same bits from integer lanes (Cascade Lake / Ice Lake have AVX-512 without AVX512_BF16;
+// tests/kernels/test_no_bf16.cc checks the two agree). Every conversion of the AVX-512 kernels
+// (the AMX ones aside: amx_usable() implies the instructions)
+// goes through these two; vdpbf16ps runs only under ops.h Bf16Dot::kDpbf16, which
+// bf16_dot() never returns without the instructions.
+static inline __m512i bf16_lanes_emulated(__m512 x) {  // bf16 in the low half of each lane
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i hi = _mm512_srli_epi32(u, 16);
+  const __m512i rne = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __mmask16 denormal = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+  __m512i r = _mm512_mask_or_epi32(rne, nan, hi, _mm512_set1_epi32(0x40));
+  return _mm512_mask_and_epi32(r, denormal, hi, _mm512_set1_epi32(0x8000));
+}
+static inline __m256i cvtneps_bf16(__m512 x, bool hw) {
+  if (hw) return (__m256i)_mm512_cvtneps_pbh(x);
+  return _mm512_cvtepi32_epi16(bf16_lanes_emulated(x));
+}
+// 32 bf16: lo's 16 then hi's 16.
+static inline __m512i cvtne2ps_bf16(__m512 hi, __m512 lo, bool hw) {
+  if (hw) return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+  return _mm512_inserti64x4(_mm512_zextsi256_si512(cvtneps_bf16(lo, false)), cvtneps_bf16(hi, false), 1);
 }
 
 // Mask of the first n (0..16) lanes.
