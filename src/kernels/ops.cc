@@ -135,14 +135,22 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
   }
   const bool fp32w = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
                      w.dtype == DType::kF8E4M3;
-  if (isa == IsaLevel::kAvx512 && w.dtype == DType::kBF16) {
+  if (isa == IsaLevel::kAvx512 && w.dtype == DType::kBF16 && avx512_bf16_usable()) {  // vdpbf16ps
     thread_local std::vector<uint16_t> xb;
     const int64_t Kp = (w.n_in + 31) / 32 * 32;
     cpu::avx512::matmul_bf16(x, n_rows, w, y, pool, scratch(xb, n_rows * Kp));
   } else if (isa == IsaLevel::kAvx512 && fp32w) {
     cpu::avx512::matmul_fp32w(x, n_rows, w, y, pool);
-  } else if (isa == IsaLevel::kAvx2 && (fp32w || w.dtype == DType::kBF16)) {
-    thread_local std::vector<float> xp, wbuf;
+  } else if (isa >= IsaLevel::kAvx2 && (fp32w || w.dtype == DType::kBF16)) {
+    // AVX2; also BF16 weights left unpacked (--weights stored) on AVX-512 without the BF16
+    // instructions: the AVX2 kernel's fp32 products, on x rounded to bf16 as every AVX-512 BF16
+    // path rounds it.
+    thread_local std::vector<float> xp, wbuf, xr;
+    if (isa == IsaLevel::kAvx512) {
+      float* r = scratch(xr, static_cast<size_t>(n_rows * w.n_in));
+      for (int64_t i = 0; i < n_rows * w.n_in; ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      x = r;
+    }
     const int64_t Kp = (w.n_in + 7) / 8 * 8;
     // +8: with F8 scale blocks not a multiple of 8 wide, the last 8-wide step may start past
     // Kp - 8 (its extra lanes are masked to zero, but they are loaded).

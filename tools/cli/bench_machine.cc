@@ -161,9 +161,9 @@ std::string isa_description() {
   std::string s = isa_name(cpu_isa());
   if (cpu_isa() == IsaLevel::kAvx512) {
     s += " (";
-    s += f.avx512bf16 ? "BF16" : "no BF16";
+    s += avx512_bf16_usable() ? "BF16" : f.avx512bf16 ? "BF16 off" : "no BF16";
     s += f.avx512vnni ? ", VNNI" : "";
-    s += f.amx_bf16 ? ", AMX" : "";
+    s += amx_usable() ? ", AMX" : f.amx_bf16 ? ", AMX off" : "";
     s += ")";
   }
   return s;
