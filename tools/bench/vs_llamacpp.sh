@@ -5,12 +5,15 @@
 #
 #   tools/bench/vs_llamacpp.sh --llama-cpp SRC [--build DIR] [--threads 2] [--rounds 3]
 #                              [--cases gemma,qwen3-bf16,qwen3-q8] [--jobs 1] [--ggml-cpu DIR]
-#                              [--no-amx | --avx2]
+#                              [--no-amx | --no-bf16 | --avx2]
 #
 # --ggml-cpu DIR: load llama.cpp's CPU backend from DIR (LD_LIBRARY_PATH). On the Sapphire Rapids
 # VM this was written on, a GGML_NATIVE ggml-cpu segfaults in its AMX matmul
 # (ggml_backend_amx_mul_mat); `--no-amx` builds one with GGML_NATIVE=OFF and Zen 4's ISA
 # (AVX-512 F/VNNI/BF16/VBMI) into <build>-noamx and uses it.
+# --no-bf16: both programs on AVX-512 + VNNI without the AVX512_BF16 instructions (what Cascade
+# Lake, Ice Lake and Tiger Lake have): ours with DFL_AVX512_BF16=0, llama.cpp with a ggml-cpu
+# built for AVX-512 F/VNNI/VBMI, GGML_AVX512_BF16=OFF and no AMX into <build>-nobf16.
 # --avx2: both programs on their AVX2 code (an AVX2-only x86: Zen 1–3, Haswell … Alder Lake):
 # ours with DFL_ISA=avx2, llama.cpp with a ggml-cpu built for AVX2 + FMA + F16C + BMI2 and no
 # AVX-512 into <build>-avx2.
@@ -39,6 +42,7 @@ JOBS=1
 GGML_CPU=
 NO_AMX=0
 AVX2=0
+NO_BF16=0
 DFLASH=${DFLASH:-$REPO/build/dflash}
 CACHE=${DFLASH_CACHE:-$HOME/.cache/dflash}
 BENCH_MODELS=${BENCH_MODELS:-/tmp/dflash-bench-models}
@@ -55,8 +59,9 @@ while [[ $# -gt 0 ]]; do
     --jobs) JOBS=$2; shift 2 ;;
     --ggml-cpu) GGML_CPU=$2; shift 2 ;;
     --no-amx) NO_AMX=1; shift ;;
+    --no-bf16) NO_BF16=1; shift ;;
     --avx2) AVX2=1; shift ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -102,6 +107,11 @@ ggml_cpu_for() {
 }
 if [[ $NO_AMX == 1 && -z $GGML_CPU ]]; then
   GGML_CPU=$(ggml_cpu_for noamx -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON)
+fi
+if [[ $NO_BF16 == 1 ]]; then
+  export DFL_AVX512_BF16=0
+  [[ -n $GGML_CPU ]] ||
+    GGML_CPU=$(ggml_cpu_for nobf16 -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=OFF)
 fi
 if [[ $AVX2 == 1 ]]; then
   export DFL_ISA=avx2
