@@ -16,7 +16,11 @@ namespace {
 
 void BM_Peak(benchmark::State& state, VnniProbe kind) {
   if (cpu_isa() != IsaLevel::kAvx512) {
-    state.SkipWithError("needs AVX-512 (VNNI, BF16)");
+    state.SkipWithError("needs AVX-512 (VNNI)");
+    return;
+  }
+  if (kind == VnniProbe::kDpbf16Zmm && !avx512_bf16_usable()) {
+    state.SkipWithError("needs AVX512_BF16");
     return;
   }
   constexpr int64_t kIters = 1 << 20;

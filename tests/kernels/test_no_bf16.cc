@@ -7,14 +7,22 @@
 //   - the kernels that round through them (the packed bf16 matmul's fp32-FMA form, the bf16
 //     prefill attention's Q, P and fp32-K/V rounding) give the same outputs, denormal inputs
 //     included;
-//   - a Bf16Dot::kDpbf16 request runs as kFma (ops.h bf16_dot()).
+//   - a Bf16Dot::kDpbf16 request runs as kFma (ops.h bf16_dot());
+//   - in the kernel sources, the BF16 conversion intrinsics appear only in the guarded helpers
+//     (and the AMX files, which need the instructions anyway), vdpbf16ps only in the two
+//     kDpbf16 engines.
 // The other kernel tests run every path with the instructions off as "avx512-no-bf16"
 // (kernel_test_util.h paths_with_bf16_fma) against their references.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -165,6 +173,31 @@ TEST(NoBf16, Bf16PrefillAttentionSameBits) {
                      out, pool);
     });
   }
+}
+
+// A source audit: a new unguarded use would crash an Ice Lake with SIGILL, which no test on a
+// machine with the instructions can see.
+TEST(NoBf16, Bf16InstructionsOnlyBehindTheirGuards) {
+  const char* root = std::getenv("DFL_ROOT");
+  if (!root) GTEST_SKIP() << "DFL_ROOT not set (ctest sets it)";
+  const std::filesystem::path dir = std::filesystem::path(root) / "src" / "kernels" / "cpu";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    std::ifstream in(e.path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    ++files;
+    const bool amx = name.find("amx") != std::string::npos;
+    for (const char* conv : {"cvtne2ps_pbh", "cvtneps_pbh"})
+      if (!amx && name != "simd_avx512.h")
+        EXPECT_EQ(text.find(conv), std::string::npos) << name << " uses " << conv << " directly";
+    if (!amx && name != "matmul_avx512.cc" && name != "attention_bf16_avx512.cc")
+      EXPECT_EQ(text.find("dpbf16_ps"), std::string::npos) << name << " uses vdpbf16ps";
+  }
+  EXPECT_GT(files, 10);
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ void tile_bf16(const uint16_t* xb, int64_t ldx, const uint16_t* w0, int64_t K, i
 
 constexpr int kMRbf16 = 6;  // 24 accumulators + 4 weight vectors + 1 activation ≤ 32 zmm
 
-// x [M, K] → bf16 rows (RNE, as _mm512_cvtne2ps_pbh), zero-padded to Kp.
+// x [M, K] → bf16 rows (RNE, as vcvtne2ps2bf16: cvtne2ps_bf16), zero-padded to Kp.
 void to_bf16_rows(const float* x, int64_t M, int64_t K, int64_t Kp, uint16_t* xb) {
   const bool hw = avx512_bf16_usable();
   for (int64_t m = 0; m < M; ++m) {
