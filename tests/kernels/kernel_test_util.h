@@ -64,6 +64,23 @@ inline double max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
+// A random [n_out, n_in] BF16 weight (normal, stddev) and the matrix over its bits.
+struct Bf16Weight {
+  std::vector<uint16_t> bits;
+  WeightMatrix w;
+};
+inline Bf16Weight bf16_weight(int64_t n_out, int64_t n_in, uint32_t seed, float stddev) {
+  Bf16Weight b;
+  const std::vector<float> v = randn(static_cast<size_t>(n_out * n_in), seed, stddev);
+  b.bits.resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b.bits[i] = f32_to_bf16(v[i]);
+  b.w.dtype = DType::kBF16;
+  b.w.n_out = n_out;
+  b.w.n_in = n_in;
+  b.w.data = b.bits.data();  // the heap buffer moves with the vector
+  return b;
+}
+
 // Every ISA level this process can run, lowest first: up to the CPU's best, capped by DFL_ISA
 // (so a level name in a failure message is the level that actually ran). Call outside IsaScope.
 inline std::vector<IsaLevel> isa_levels() {

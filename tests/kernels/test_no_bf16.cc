@@ -131,16 +131,9 @@ TEST(NoBf16, PackedBf16MatmulSameBits) {
   ThreadPool pool(2);
   for (int64_t K : {64, 200, 1024}) {
     const int64_t N = 80;
-    const std::vector<float> wf = test::randn(N * K, 3, 0.5f);
-    std::vector<uint16_t> wb(wf.size());
-    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
-    WeightMatrix w;
-    w.dtype = DType::kBF16;
-    w.n_out = N;
-    w.n_in = K;
-    w.data = wb.data();
+    const test::Bf16Weight b = test::bf16_weight(N, K, 3, 0.5f);
     set_amx_enabled(false);
-    const PackedWeight packed = prepack_weight(w);
+    const PackedWeight packed = prepack_weight(b.w);
     set_amx_enabled(true);
     for (int64_t M : {1, 5, 16, 40}) {
       std::vector<float> x = with_denormals(M * K, static_cast<uint32_t>(K + M));

@@ -83,14 +83,8 @@ TEST(RedoableKernels, SameBitsWhenWorkersAreRevokedInsideChunks) {
       }
     }
     // BF16 (prepacked where this machine has a faster layout) and the load-time q8 format.
-    std::vector<uint16_t> wbf(size_t(N * K));
-    const auto wf = test::randn(wbf.size(), 22, 0.05f);
-    for (size_t i = 0; i < wbf.size(); ++i) wbf[i] = f32_to_bf16(wf[i]);
-    WeightMatrix wb16;
-    wb16.dtype = DType::kBF16;
-    wb16.n_out = N;
-    wb16.n_in = K;
-    wb16.data = wbf.data();
+    const test::Bf16Weight bw = test::bf16_weight(N, K, 22, 0.05f);
+    const WeightMatrix& wb16 = bw.w;
     const PackedWeight pb = prepack_weight(wb16, &pool);
     const QuantizedQ8 q8 = quantize_q8(wb16, &pool);
     for (int64_t M : {1, 16}) {
