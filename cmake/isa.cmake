@@ -4,6 +4,8 @@
 function(dfl_isa_sources isa)
   if(isa STREQUAL "avx2")
     set(flags "-mavx2 -mfma -mf16c")
+  elseif(isa STREQUAL "avxvnni")
+    set(flags "-mavx2 -mfma -mf16c -mavxvnni")
   elseif(isa STREQUAL "avx512")
     set(flags "-mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mavx512vnni -mfma -mf16c")
   elseif(isa STREQUAL "amx")

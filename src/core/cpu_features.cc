@@ -80,6 +80,10 @@ IsaLevel min_level(IsaLevel a, IsaLevel b) { return static_cast<int>(a) < static
 
 IsaLevel g_limit = IsaLevel::kAvx512;
 bool g_amx_on = true;
+bool g_avx_vnni_on = [] {
+  const char* s = std::getenv("DFL_AVX_VNNI");
+  return !(s && !std::strcmp(s, "0"));
+}();
 bool g_avx512_bf16_on = [] {
   const char* s = std::getenv("DFL_AVX512_BF16");
   return !(s && !std::strcmp(s, "0"));
@@ -129,6 +133,12 @@ bool avx512_bf16_usable() {
 }
 
 void set_avx512_bf16_enabled(bool on) { g_avx512_bf16_on = on; }
+
+bool avx_vnni_usable() {
+  return cpu_features().avx_vnni && g_avx_vnni_on && cpu_isa() == IsaLevel::kAvx2;
+}
+
+void set_avx_vnni_enabled(bool on) { g_avx_vnni_on = on; }
 
 const char* isa_name(IsaLevel level) {
   switch (level) {

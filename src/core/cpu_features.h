@@ -50,4 +50,12 @@ void set_amx_enabled(bool on);
 bool avx512_bf16_usable();
 void set_avx512_bf16_enabled(bool on);
 
+// AVX-VNNI (vpdpbusd on ymm, VEX-encoded) usable by the AVX2 level: the CPU has it (Alder Lake
+// and later Intel cores, Sierra Forest, Zen 5), cpu_isa() == kAvx2 (with AVX-512 the AVX-512
+// kernels run), not disabled by DFL_AVX_VNNI=0 or set_avx_vnni_enabled(false). The AVX2 GGUF
+// kernels of the packed 32-element formats then take their integer dots from it (the same
+// exact integers, so the same bits). Not thread-safe against running kernels.
+bool avx_vnni_usable();
+void set_avx_vnni_enabled(bool on);
+
 }  // namespace dfl

@@ -461,6 +461,8 @@ void ggml_kernel(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, float*
     cpu::avx512::matmul_q32x16(a, M, w, ym, pool);
   } else if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
     cpu::avx512::matmul_ggml(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ32x16 && avx_vnni_usable()) {
+    cpu::avx2_vnni::matmul_q32x16(a, M, w, ym, pool);
   } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ32x16) {
     cpu::avx2::matmul_q32x16(a, M, w, ym, pool);
   } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ4K16) {

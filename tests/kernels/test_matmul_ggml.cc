@@ -165,7 +165,19 @@ TEST_P(MatmulGgmlAct, SameInputMatmulsEqualOneByOne) {
   }
 }
 
+// The packed layouts' kernels on every level that packs (AVX2 with and without AVX-VNNI,
+// AVX-512) against the portable kernel on the original blocks, bit for bit.
 TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
+  struct Level {
+    IsaLevel isa;
+    bool vnni;  // AVX-VNNI for the AVX2 level
+  };
+  std::vector<Level> levels;
+  for (IsaLevel isa : test::isa_levels()) {
+    if (isa == IsaLevel::kScalar) continue;
+    levels.push_back({isa, true});
+    if (isa == IsaLevel::kAvx2 && cpu_features().avx_vnni) levels.push_back({isa, false});
+  }
   for (GgmlActivations mode :
        {GgmlActivations::kFp32, GgmlActivations::kInt8, GgmlActivations::kInt8x2}) {
   for (DType t : {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0, DType::kQ5_0, DType::kQ4_0}) {
@@ -176,22 +188,38 @@ TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
     for (int64_t N : {1, 17, 40}) {
       const auto wb = random_blocks(t, N, K, 21 + static_cast<uint32_t>(N));
       const WeightMatrix w = ggml_weight(t, N, K, wb.data());
-      const PackedWeight pw = prepack_weight(w, &p2);
-      if (cpu_isa() == IsaLevel::kAvx512 && mode != GgmlActivations::kFp32) {
-        EXPECT_EQ(pw.matrix().packed_format,
-                  t == DType::kQ4_K ? kPackedQ4K16 : t == DType::kQ6_K ? kPackedQ6K16 : kPackedQ32x16);
-      }
       // M ≥ 4 (K formats: ≥ 16) int8 rows take the AMX-INT8 kernels where usable (DFL_AMX=0:
       // VNNI), up to 64 rows per call: 48 and 64 fill it, 33 splits it.
-      for (int64_t M : {1, 2, 3, 5, 16, 17, 33, 48, 64}) {
-        const auto x = test::randn(static_cast<size_t>(M * K), 17);
-        std::vector<float> a(M * N), b(M * N);
-        ops::matmul(x.data(), M, w, a.data(), p1);
-        for (ThreadPool* pool : {&p1, &p2}) {
-          ops::matmul(x.data(), M, pw.matrix(), b.data(), *pool);
-          EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4))
-              << dtype_name(t) << " K=" << K << " N=" << N << " M=" << M;
+      const int64_t Ms[] = {1, 2, 3, 5, 16, 17, 33, 48, 64};
+      std::vector<std::vector<float>> want;
+      {
+        test::IsaScope portable(IsaLevel::kScalar);
+        for (int64_t M : Ms) {
+          const auto x = test::randn(static_cast<size_t>(M * K), 17);
+          want.emplace_back(size_t(M * N));
+          ops::matmul(x.data(), M, w, want.back().data(), p1);
         }
+      }
+      for (const Level& level : levels) {
+        test::IsaScope scope(level.isa);
+        set_avx_vnni_enabled(level.vnni);
+        const PackedWeight pw = prepack_weight(w, &p2);
+        if (mode != GgmlActivations::kFp32) {
+          EXPECT_EQ(pw.matrix().packed_format,
+                    t == DType::kQ4_K ? kPackedQ4K16 : t == DType::kQ6_K ? kPackedQ6K16 : kPackedQ32x16);
+        }
+        for (size_t mi = 0; mi < std::size(Ms); ++mi) {
+          const int64_t M = Ms[mi];
+          const auto x = test::randn(static_cast<size_t>(M * K), 17);
+          std::vector<float> b(M * N);
+          for (ThreadPool* pool : {&p1, &p2}) {
+            ops::matmul(x.data(), M, pw.matrix(), b.data(), *pool);
+            EXPECT_EQ(0, std::memcmp(want[mi].data(), b.data(), b.size() * 4))
+                << dtype_name(t) << " K=" << K << " N=" << N << " M=" << M << " on "
+                << isa_name(level.isa) << (level.vnni ? "" : " without AVX-VNNI");
+          }
+        }
+        set_avx_vnni_enabled(true);
       }
     }
   }

@@ -13,13 +13,24 @@
 //    reduced once per superblock; the fp part is two scalar fmas per superblock.
 // Each weight block is unpacked once for all M (≤ kGgmlRowChunk = 32) activation rows. The activation
 // quantization (same bits as the scalar quantize_act) is at the bottom.
+// This file is compiled twice: as itself (namespace avx2), and by ggml_avxvnni.cc with
+// DFL_AVX2_VNNI = 1 and the AVX-VNNI flag (namespace avx2_vnni: only matmul_q32x16, whose
+// integer dots then run on vpdpbusd ymm — exact, so the same bits).
 #include <immintrin.h>
 
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
 
+#ifndef DFL_AVX2_VNNI
+#define DFL_AVX2_VNNI 0
+#endif
+
+#if DFL_AVX2_VNNI
+namespace dfl::cpu::avx2_vnni {
+#else
 namespace dfl::cpu::avx2 {
+#endif
 
 namespace {
 
@@ -287,6 +298,42 @@ template <int T, int MR>
 void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, float* acc) {
   const int64_t ldq = a.K + 256, nb = a.K / 32;
   __m256i dot[MR][2];
+#if DFL_AVX2_VNNI
+  // vpdpbusd: the stored unsigned bytes (Q8_0: q + 128) times the int8 activations, 4 products
+  // per int32 lane; the offset's Σ comes off in the epilogue, as for Q4_0 / Q5_0 below.
+  for (int r = 0; r < MR; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
+  if constexpr (T == kQ80) {
+    for (int g = 0; g < 8; ++g) {
+      const __m256i u0 = load256(bp + 64 * g), u1 = load256(bp + 64 * g + 32);
+      for (int r = 0; r < MR; ++r) {
+        const __m256i q = bcast4(a.q + (m0 + r) * ldq + 32 * b + 4 * g);
+        dot[r][0] = _mm256_dpbusd_avx_epi32(dot[r][0], u0, q);
+        dot[r][1] = _mm256_dpbusd_avx_epi32(dot[r][1], u1, q);
+      }
+    }
+  } else {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int g = 0; g < 4; ++g) {
+      __m256i lo[2], hi[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i wv = load256(bp + 64 * g + 32 * h);
+        lo[h] = _mm256_and_si256(wv, m4);
+        hi[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+        if constexpr (T == kQ50) {
+          lo[h] = _mm256_or_si256(lo[h], bits_to_16(bp + 256 + 8 * g + 4 * h));
+          hi[h] = _mm256_or_si256(hi[h], bits_to_16(bp + 256 + 8 * (4 + g) + 4 * h));
+        }
+      }
+      for (int r = 0; r < MR; ++r) {
+        const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
+        const __m256i ql = bcast4(xq), qh = bcast4(xq + 16);
+        for (int h = 0; h < 2; ++h)
+          dot[r][h] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(dot[r][h], lo[h], ql), hi[h], qh);
+      }
+    }
+  }
+  constexpr int kOffsetShift = T == kQ80 ? 7 : kShift<T>;
+#else
   if constexpr (T == kQ80) {
     for (int r = 0; r < MR; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
@@ -328,11 +375,13 @@ void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, fl
     for (int r = 0; r < MR; ++r)
       for (int h = 0; h < 2; ++h) dot[r][h] = _mm256_add_epi32(widen_sum(slo[r][h]), widen_sum(shi[r][h]));
   }
+  constexpr int kOffsetShift = T == kQ80 ? -1 : kShift<T>;  // Q8_0: signed products, no offset
+#endif
   const float* dp = reinterpret_cast<const float*>(bp + kQ32Qs<T> + kQ32Qh<T>);
   const __m256 d0 = _mm256_loadu_ps(dp), d1 = _mm256_loadu_ps(dp + 8);
   for (int r = 0; r < MR; ++r) {
     __m256i c = _mm256_setzero_si256();
-    if constexpr (T != kQ80) c = _mm256_set1_epi32(a.s32[(m0 + r) * nb + b] << kShift<T>);
+    if constexpr (kOffsetShift >= 0) c = _mm256_set1_epi32(a.s32[(m0 + r) * nb + b] << kOffsetShift);
     const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * nb + b]);
     float* ap = acc + (r * 8 + b % 8) * 16;
     _mm256_storeu_ps(ap, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r][0], c)),
@@ -567,6 +616,7 @@ inline float hmax_ps(__m256 v) {
 
 }  // namespace
 
+#if !DFL_AVX2_VNNI
 bool ggml_supported(int dtype) {
   switch (static_cast<DType>(dtype)) {
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0:
@@ -594,6 +644,8 @@ void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, T
       16);
 }
 
+#endif  // !DFL_AVX2_VNNI
+
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   const int64_t nb = w.n_in / 32;
   pool.parallel_for_redoable((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
@@ -609,6 +661,7 @@ void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
   });
 }
 
+#if !DFL_AVX2_VNNI
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   pool.parallel_for_redoable((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
     packed_tiles<Q4KKernel>(a, M, w, y, t0, t1, w.n_in / 256, kQ4K16SuperBytes);
@@ -677,4 +730,6 @@ void ggml_act_residual(const float* x, const int8_t* q, const float* d, int64_t 
   }
 }
 
-}  // namespace dfl::cpu::avx2
+#endif  // !DFL_AVX2_VNNI
+
+}  // namespace dfl::cpu::avx2 (or avx2_vnni)
