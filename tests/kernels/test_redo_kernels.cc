@@ -46,7 +46,7 @@ TEST(RedoableKernels, SameBitsWhenWorkersAreRevokedInsideChunks) {
   const uint64_t revoked_before = pool.revocations();
   const int64_t K = 1024, N = 1024;
   const auto x = test::randn(size_t(16 * K), 21);
-  for (const test::PathConfig& path : test::matmul_paths()) {
+  for (const test::PathConfig& path : test::ggml_paths()) {
     test::PathScope scope(path);
     // GGUF block weights: as stored (the row kernels) and prepacked (the tile kernels, the many-
     // weights job), with both int8 activation modes (int8x2 adds each residual row as it stores).

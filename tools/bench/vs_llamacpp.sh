@@ -5,7 +5,7 @@
 #
 #   tools/bench/vs_llamacpp.sh --llama-cpp SRC [--build DIR] [--threads 2] [--rounds 3]
 #                              [--cases gemma,qwen3-bf16,qwen3-q8] [--jobs 1] [--ggml-cpu DIR]
-#                              [--no-amx | --no-bf16 | --avx2]
+#                              [--no-amx | --no-bf16 | --avx2 | --avx-vnni]
 #
 # --ggml-cpu DIR: load llama.cpp's CPU backend from DIR (LD_LIBRARY_PATH). On the Sapphire Rapids
 # VM this was written on, a GGML_NATIVE ggml-cpu segfaults in its AMX matmul
@@ -14,9 +14,12 @@
 # --no-bf16: both programs on AVX-512 + VNNI without the AVX512_BF16 instructions (what Cascade
 # Lake, Ice Lake and Tiger Lake have): ours with DFL_AVX512_BF16=0, llama.cpp with a ggml-cpu
 # built for AVX-512 F/VNNI/VBMI, GGML_AVX512_BF16=OFF and no AMX into <build>-nobf16.
-# --avx2: both programs on their AVX2 code (an AVX2-only x86: Zen 1–3, Haswell … Alder Lake):
-# ours with DFL_ISA=avx2, llama.cpp with a ggml-cpu built for AVX2 + FMA + F16C + BMI2 and no
-# AVX-512 into <build>-avx2.
+# --avx2: both programs on their AVX2 code (an AVX2-only x86: Zen 1–3, Haswell … Comet Lake):
+# ours with DFL_ISA=avx2 DFL_AVX_VNNI=0, llama.cpp with a ggml-cpu built for AVX2 + FMA + F16C +
+# BMI2, no AVX-VNNI and no AVX-512 into <build>-avx2.
+# --avx-vnni: both on AVX2 + AVX-VNNI (Alder Lake and later client cores, Sierra Forest): ours
+# with DFL_ISA=avx2, llama.cpp's ggml-cpu built as for --avx2 plus GGML_AVX_VNNI into
+# <build>-avxvnni.
 #
 # SRC: a llama.cpp source tree, or a bare git copy of one (e.g. the fetch tool's
 # /work/.mirror/<owner>+llama.cpp/repo: its sources are `git archive`d beside the build dir).
@@ -43,6 +46,7 @@ GGML_CPU=
 NO_AMX=0
 AVX2=0
 NO_BF16=0
+AVX_VNNI=0
 DFLASH=${DFLASH:-$REPO/build/dflash}
 CACHE=${DFLASH_CACHE:-$HOME/.cache/dflash}
 BENCH_MODELS=${BENCH_MODELS:-/tmp/dflash-bench-models}
@@ -61,7 +65,8 @@ while [[ $# -gt 0 ]]; do
     --no-amx) NO_AMX=1; shift ;;
     --no-bf16) NO_BF16=1; shift ;;
     --avx2) AVX2=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    --avx-vnni) AVX_VNNI=1; shift ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -114,8 +119,12 @@ if [[ $NO_BF16 == 1 ]]; then
     GGML_CPU=$(ggml_cpu_for nobf16 -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=OFF)
 fi
 if [[ $AVX2 == 1 ]]; then
-  export DFL_ISA=avx2
+  export DFL_ISA=avx2 DFL_AVX_VNNI=0
   [[ -n $GGML_CPU ]] || GGML_CPU=$(ggml_cpu_for avx2 -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
+fi
+if [[ $AVX_VNNI == 1 ]]; then
+  export DFL_ISA=avx2
+  [[ -n $GGML_CPU ]] || GGML_CPU=$(ggml_cpu_for avxvnni -DGGML_AVX512=OFF -DGGML_AVX_VNNI=ON)
 fi
 [[ -n $GGML_CPU ]] && export LD_LIBRARY_PATH=$GGML_CPU${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [[ -x $DFLASH ]] || { echo "build dflash first: cmake --build build ($DFLASH missing)" >&2; exit 2; }
