@@ -463,6 +463,10 @@ void ggml_kernel(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, float*
     cpu::avx512::matmul_ggml(a, M, w, ym, pool);
   } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ32x16 && avx_vnni_usable()) {
     cpu::avx2_vnni::matmul_q32x16(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ4K16 && avx_vnni_usable()) {
+    cpu::avx2_vnni::matmul_q4k16(a, M, w, ym, pool);
+  } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ6K16 && avx_vnni_usable()) {
+    cpu::avx2_vnni::matmul_q6k16(a, M, w, ym, pool);
   } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ32x16) {
     cpu::avx2::matmul_q32x16(a, M, w, ym, pool);
   } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ4K16) {

@@ -95,7 +95,9 @@ TEST(NoBf16, Dpbf16RequestRunsAsFma) {
     EXPECT_FALSE(amx_usable());
     EXPECT_EQ(bf16_dot(), Bf16Dot::kFma);
   }
-  if (have_bf16_instructions()) EXPECT_EQ(bf16_dot(), Bf16Dot::kDpbf16);
+  if (have_bf16_instructions()) {
+    EXPECT_EQ(bf16_dot(), Bf16Dot::kDpbf16);
+  }
   set_bf16_dot(before);
 }
 
@@ -138,7 +140,7 @@ TEST(NoBf16, PackedBf16MatmulSameBits) {
     for (int64_t M : {1, 5, 16, 40}) {
       std::vector<float> x = with_denormals(M * K, static_cast<uint32_t>(K + M));
       for (int64_t k = 0; k < K; ++k)  // a row of denormals only: its outputs show the flush
-        x[(M - 1) * K + k] = from_bits(static_cast<uint32_t>(k * 2654435761u) & 0x807fffffu | 1u);
+        x[(M - 1) * K + k] = from_bits((static_cast<uint32_t>(k * 2654435761u) & 0x807fffffu) | 1u);
       expect_same_bits("matmul", M * N, [&](float* y) { ops::matmul(x.data(), M, packed.matrix(), y, pool); });
     }
   }
@@ -184,11 +186,14 @@ TEST(NoBf16, Bf16InstructionsOnlyBehindTheirGuards) {
     const std::string text = ss.str();
     ++files;
     const bool amx = name.find("amx") != std::string::npos;
-    for (const char* conv : {"cvtne2ps_pbh", "cvtneps_pbh"})
-      if (!amx && name != "simd_avx512.h")
+    for (const char* conv : {"cvtne2ps_pbh", "cvtneps_pbh"}) {
+      if (!amx && name != "simd_avx512.h") {
         EXPECT_EQ(text.find(conv), std::string::npos) << name << " uses " << conv << " directly";
-    if (!amx && name != "matmul_avx512.cc" && name != "attention_bf16_avx512.cc")
+      }
+    }
+    if (!amx && name != "matmul_avx512.cc" && name != "attention_bf16_avx512.cc") {
       EXPECT_EQ(text.find("dpbf16_ps"), std::string::npos) << name << " uses vdpbf16ps";
+    }
   }
   EXPECT_GT(files, 10);
 }

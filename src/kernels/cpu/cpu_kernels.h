@@ -270,9 +270,12 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
 }  // namespace avx2
 
 namespace avx2_vnni {
-// avx2::matmul_q32x16 with its integer dots on AVX-VNNI's vpdpbusd ymm (cpu/ggml_avxvnni.cc
-// compiles cpu/ggml_avx2.cc again): the same bits. Only where avx_vnni_usable().
+// The avx2:: packed-layout kernels with their integer dots on AVX-VNNI's vpdpbusd ymm
+// (cpu/ggml_avxvnni.cc compiles cpu/ggml_avx2.cc again): the same bits. Only where
+// avx_vnni_usable().
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 }  // namespace avx2_vnni
 
 }  // namespace dfl::cpu

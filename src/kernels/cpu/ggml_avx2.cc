@@ -14,8 +14,9 @@
 // Each weight block is unpacked once for all M (≤ kGgmlRowChunk = 32) activation rows. The activation
 // quantization (same bits as the scalar quantize_act) is at the bottom.
 // This file is compiled twice: as itself (namespace avx2), and by ggml_avxvnni.cc with
-// DFL_AVX2_VNNI = 1 and the AVX-VNNI flag (namespace avx2_vnni: only matmul_q32x16, whose
-// integer dots then run on vpdpbusd ymm — exact, so the same bits).
+// DFL_AVX2_VNNI = 1 and the AVX-VNNI flag (namespace avx2_vnni: only the packed-layout entry
+// points, matmul_q32x16 / q4k16 / q6k16, whose integer dots then run on vpdpbusd ymm in int32
+// and the K formats' scales multiply by vpmulld — exact integers, so the same bits).
 #include <immintrin.h>
 
 #include <cstring>
@@ -228,6 +229,7 @@ void range_k45(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int
   }
 }
 
+#if !DFL_AVX2_VNNI  // (the original-block kernels: AVX2 only)
 void range_q6k(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
   constexpr int BB = 210;
   const int64_t K = w.n_in, ns = K / 256, ldq = K + 256;
@@ -274,6 +276,8 @@ void range_q6k(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int
     for (int64_t m = 0; m < M; ++m) put_y(y, w.n_out, m, n, reduce8(acc[m]), a.pair);
   }
 }
+
+#endif  // !DFL_AVX2_VNNI
 
 // ---- Q8_0 / Q5_0 / Q4_0 in the kPackedQ32x16 layout (cpu/ggml_avx512.cc states it) ----------
 // The 16 outputs of a tile are two halves of 8 lanes; per half, the integer dot of each output
@@ -426,6 +430,18 @@ inline __m256i pairs16(const uint8_t* a, const uint8_t* b, bool is_signed) {
   return is_signed ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v);
 }
 
+// The K formats' sub-block dots times their integer scales: s16 pair sums × [sc, sc] pairs by
+// vpmaddwd, or (AVX-VNNI) int32 sums × sc by vpmulld — the same integers (|dot·sc| < 2^22).
+#if DFL_AVX2_VNNI
+inline __m256i scales32(const uint8_t* sc, bool is_signed) {  // 8 scales, one per int32 lane
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc));
+  return is_signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+}
+inline __m256i scaled(__m256i dot, __m256i sc) { return _mm256_mullo_epi32(dot, sc); }
+#else
+inline __m256i scaled(__m256i dot, __m256i sc) { return _mm256_madd_epi16(dot, sc); }
+#endif
+
 inline __m256i bcast_pair16(int32_t lo, int32_t hi) {
   return _mm256_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(hi) << 16) |
                                                 (static_cast<uint32_t>(lo) & 0xFFFFu)));
@@ -453,19 +469,27 @@ void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
         const int8_t* xq = a.q + (m0 + r) * ldq + 256 * s + 64 * c + 4 * g;
         const __m256i ql = bcast4(xq), qh = bcast4(xq + 32);
         for (int h = 0; h < 2; ++h) {
+#if DFL_AVX2_VNNI  // int32 per output (4 products a step), times the scale below
+          dlo[r][h] = _mm256_dpbusd_avx_epi32(dlo[r][h], lo[h], ql);
+          dhi[r][h] = _mm256_dpbusd_avx_epi32(dhi[r][h], hi[h], qh);
+#else
           dlo[r][h] = _mm256_add_epi16(dlo[r][h], _mm256_maddubs_epi16(lo[h], ql));
           dhi[r][h] = _mm256_add_epi16(dhi[r][h], _mm256_maddubs_epi16(hi[h], qh));
+#endif
         }
       }
     }
     for (int h = 0; h < 2; ++h) {
       const uint8_t* sc = sb + kQ4KSc + 32 * c + 8 * h;  // sub-blocks 2c (sc), 2c + 1 (sc + 16)
       const uint8_t* mn = sb + kQ4KM + 32 * c + 8 * h;
+#if DFL_AVX2_VNNI
+      const __m256i sclo = scales32(sc, false), schi = scales32(sc + 16, false);
+#else
       const __m256i sclo = pairs16(sc, sc, false), schi = pairs16(sc + 16, sc + 16, false);
+#endif
       const __m256i mp = pairs16(mn, mn + 16, false);
       for (int r = 0; r < MR; ++r) {
-        isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_add_epi32(_mm256_madd_epi16(dlo[r][h], sclo),
-                                                                   _mm256_madd_epi16(dhi[r][h], schi)));
+        isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_add_epi32(scaled(dlo[r][h], sclo), scaled(dhi[r][h], schi)));
         const int32_t* b32 = a.s32 + (m0 + r) * n32 + 8 * s + 2 * c;
         msum[r][h] = _mm256_add_epi32(msum[r][h], _mm256_madd_epi16(mp, bcast_pair16(b32[0], b32[1])));
       }
@@ -519,17 +543,25 @@ void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
           for (int r = 0; r < MR; ++r) {
             const __m256i q = bcast4(a.q + (m0 + r) * ldq + 256 * s + e);
             for (int h = 0; h < 2; ++h) {
+#if DFL_AVX2_VNNI  // one int32 sum per output (no s16 limit to split around)
+              d0[r][h] = _mm256_dpbusd_avx_epi32(d0[r][h], u[h], q);
+#else
               __m256i& dd = l4 < 2 ? d0[r][h] : d1[r][h];
               dd = _mm256_add_epi16(dd, _mm256_maddubs_epi16(u[h], q));
+#endif
             }
           }
         }
         for (int h = 0; h < 2; ++h) {
           const uint8_t* sc = sb + kQ6KSc + 16 * j + 8 * h;
+#if DFL_AVX2_VNNI
+          const __m256i scv = scales32(sc, true);
+          for (int r = 0; r < MR; ++r) isum[r][h] = _mm256_add_epi32(isum[r][h], scaled(d0[r][h], scv));
+#else
           const __m256i scv = pairs16(sc, sc, true);
           for (int r = 0; r < MR; ++r)
-            isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_add_epi32(_mm256_madd_epi16(d0[r][h], scv),
-                                                                       _mm256_madd_epi16(d1[r][h], scv)));
+            isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_add_epi32(scaled(d0[r][h], scv), scaled(d1[r][h], scv)));
+#endif
         }
       }
     }
@@ -661,7 +693,6 @@ void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
   });
 }
 
-#if !DFL_AVX2_VNNI
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   pool.parallel_for_redoable((w.n_out + 15) / 16, [&](int64_t t0, int64_t t1, int) {
     packed_tiles<Q4KKernel>(a, M, w, y, t0, t1, w.n_in / 256, kQ4K16SuperBytes);
@@ -674,6 +705,7 @@ void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
   });
 }
 
+#if !DFL_AVX2_VNNI
 void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, float* d,
                        int32_t* s16, int32_t* s32) {
   const int64_t ldq = K + 256, nb = K / ab, n16 = K / 16, n32 = K / 32;
