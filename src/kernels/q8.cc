@@ -130,7 +130,10 @@ void matmul_q8(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, 
   }
   if (isa == IsaLevel::kAvx2) {  // cpu/q8_avx2.cc: the same bits
     cpu::avx2::quantize_act_q8(x, n_rows, w.n_in, qbuf.data(), dbuf.data(), cbuf.data());
-    cpu::avx2::matmul_q8(a, n_rows, w, y, pool);
+    if (avx_vnni_usable())
+      cpu::avx2_vnni::matmul_q8(a, n_rows, w, y, pool);
+    else
+      cpu::avx2::matmul_q8(a, n_rows, w, y, pool);
     return;
   }
   quantize_act_portable(x, n_rows, w.n_in, qbuf.data(), dbuf.data(), cbuf.data());

@@ -366,6 +366,13 @@ TEST(Matmul, Q8SameBitsOnEveryIsaLevelAndLayoutRoundTrips) {
         ys.emplace_back(Mr * N);
         ops::matmul(x.data(), Mr, tq.w, ys.back().data(), pool);
       }
+      if (cpu_features().avx_vnni && cpu_isa() >= IsaLevel::kAvx2) {  // AVX2 without AVX-VNNI too
+        test::IsaScope scope(IsaLevel::kAvx2);
+        set_avx_vnni_enabled(false);
+        ys.emplace_back(Mr * N);
+        ops::matmul(x.data(), Mr, tq.w, ys.back().data(), pool);
+        set_avx_vnni_enabled(true);
+      }
       for (size_t l = 1; l < ys.size(); ++l)
         ASSERT_EQ(0, std::memcmp(ys[0].data(), ys[l].data(), Mr * N * 4)) << "level " << l << " N=" << N << " M=" << Mr;
     }

@@ -276,6 +276,8 @@ namespace avx2_vnni {
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// avx2::matmul_q8 on vpdpbusd ymm (cpu/q8_avxvnni.cc compiles cpu/q8_avx2.cc again).
+void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 }  // namespace avx2_vnni
 
 }  // namespace dfl::cpu

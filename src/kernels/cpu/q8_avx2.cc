@@ -5,13 +5,24 @@
 // by vpmaddubsw (pairs ≤ 2·127·127 < 2^15), widened by vpmaddwd: that is Σ q·x, the exact
 // int32 block dot the AVX-512 kernel gets as c + Σ u·x. Then acc = acc + float(dot)·(dx·dw)
 // (mul, mul, add) per output over the blocks in k order.
+// Compiled twice: as itself (namespace avx2) and by q8_avxvnni.cc with DFL_AVX2_VNNI = 1 and the
+// AVX-VNNI flag (namespace avx2_vnni, matmul_q8 only): the block dot is then c + Σ u·x on
+// vpdpbusd ymm, the AVX-512 kernel's form — the same int32.
 #include <immintrin.h>
 
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
 
+#ifndef DFL_AVX2_VNNI
+#define DFL_AVX2_VNNI 0
+#endif
+
+#if DFL_AVX2_VNNI
+namespace dfl::cpu::avx2_vnni {
+#else
 namespace dfl::cpu::avx2 {
+#endif
 
 namespace {
 
@@ -33,12 +44,26 @@ void tile_q8(const Q8Act& a, int64_t m0, const uint8_t* wt, const float* dt, int
   const int64_t ldx = nb * kQ8Block;
   const int8_t* xq = a.q + m0 * ldx;
   const float* xd = a.d + m0 * nb;
+#if !DFL_AVX2_VNNI
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+#endif
   __m256 acc[MR][2];
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = wt + b * kTileBytes;
     __m256i s[MR][2];
+#if DFL_AVX2_VNNI
+    for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm256_set1_epi32(a.c[(m0 + i) * nb + b]);
+    for (int r = 0; r < 16; ++r) {
+      const __m256i u0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * r));
+      const __m256i u1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * r + 32));
+      for (int i = 0; i < MR; ++i) {
+        const __m256i x = bcast4(xq + i * ldx + b * kQ8Block + 4 * r);
+        s[i][0] = _mm256_dpbusd_avx_epi32(s[i][0], u0, x);
+        s[i][1] = _mm256_dpbusd_avx_epi32(s[i][1], u1, x);
+      }
+    }
+#else
     for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm256_setzero_si256();
     for (int r = 0; r < 16; ++r) {
       __m256i wq[2], wu[2];
@@ -53,6 +78,7 @@ void tile_q8(const Q8Act& a, int64_t m0, const uint8_t* wt, const float* dt, int
               s[i][h], _mm256_madd_epi16(_mm256_maddubs_epi16(wu[h], _mm256_sign_epi8(x, wq[h])), ones));
       }
     }
+#endif
     const __m256 dw0 = _mm256_loadu_ps(dt + b * 16), dw1 = _mm256_loadu_ps(dt + b * 16 + 8);
     for (int i = 0; i < MR; ++i) {
       const __m256 dx = _mm256_set1_ps(xd[i * nb + b]);
@@ -70,6 +96,7 @@ void tile_q8(const Q8Act& a, int64_t m0, const uint8_t* wt, const float* dt, int
 
 }  // namespace
 
+#if !DFL_AVX2_VNNI
 void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, int32_t* c) {
   const int64_t nb = (K + kQ8Block - 1) / kQ8Block;
   const __m256 sign_off = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -118,6 +145,8 @@ void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, 
   }
 }
 
+#endif  // !DFL_AVX2_VNNI
+
 void matmul_q8(const Q8Act& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   const int64_t N = w.n_out, nb = a.n_blocks;
   const uint8_t* wq = static_cast<const uint8_t*>(w.data);
@@ -143,4 +172,4 @@ void matmul_q8(const Q8Act& a, int64_t M, const WeightMatrix& w, float* y, Threa
       1);
 }
 
-}  // namespace dfl::cpu::avx2
+}  // namespace dfl::cpu::avx2 (or avx2_vnni)
