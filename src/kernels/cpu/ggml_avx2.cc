@@ -21,17 +21,10 @@
 
 #include <cstring>
 
+#include "kernels/cpu/avx2_namespace.h"
 #include "kernels/cpu/cpu_kernels.h"
 
-#ifndef DFL_AVX2_VNNI
-#define DFL_AVX2_VNNI 0
-#endif
-
-#if DFL_AVX2_VNNI
-namespace dfl::cpu::avx2_vnni {
-#else
-namespace dfl::cpu::avx2 {
-#endif
+namespace dfl::cpu::DFL_AVX2_NAMESPACE {
 
 namespace {
 
@@ -298,6 +291,22 @@ inline __m256i bcast4(const int8_t* p) {
 
 inline __m256i widen_sum(__m256i s16) { return _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); }
 
+// Q4_0 / Q5_0: the unsigned values of qs group g of a packed block, as two halves of 8 outputs:
+// lo = elements 4g..4g+3, hi = 16 + 4g..; Q5_0 adds 16 · its 5th bit.
+template <int T>
+inline void q32_nibbles(const uint8_t* bp, int g, __m256i lo[2], __m256i hi[2]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i wv = load256(bp + 64 * g + 32 * h);
+    lo[h] = _mm256_and_si256(wv, m4);
+    hi[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+    if constexpr (T == kQ50) {
+      lo[h] = _mm256_or_si256(lo[h], bits_to_16(bp + 256 + 8 * g + 4 * h));
+      hi[h] = _mm256_or_si256(hi[h], bits_to_16(bp + 256 + 8 * (4 + g) + 4 * h));
+    }
+  }
+}
+
 template <int T, int MR>
 void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, float* acc) {
   const int64_t ldq = a.K + 256, nb = a.K / 32;
@@ -316,18 +325,9 @@ void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, fl
       }
     }
   } else {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int g = 0; g < 4; ++g) {
       __m256i lo[2], hi[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m256i wv = load256(bp + 64 * g + 32 * h);
-        lo[h] = _mm256_and_si256(wv, m4);
-        hi[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-        if constexpr (T == kQ50) {
-          lo[h] = _mm256_or_si256(lo[h], bits_to_16(bp + 256 + 8 * g + 4 * h));
-          hi[h] = _mm256_or_si256(hi[h], bits_to_16(bp + 256 + 8 * (4 + g) + 4 * h));
-        }
-      }
+      q32_nibbles<T>(bp, g, lo, hi);
       for (int r = 0; r < MR; ++r) {
         const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
         const __m256i ql = bcast4(xq), qh = bcast4(xq + 16);
@@ -352,21 +352,12 @@ void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, fl
       }
     }
   } else {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i slo[MR][2], shi[MR][2];
     for (int r = 0; r < MR; ++r)
       for (int h = 0; h < 2; ++h) slo[r][h] = shi[r][h] = _mm256_setzero_si256();
     for (int g = 0; g < 4; ++g) {
       __m256i lo[2], hi[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m256i wv = load256(bp + 64 * g + 32 * h);
-        lo[h] = _mm256_and_si256(wv, m4);
-        hi[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-        if constexpr (T == kQ50) {  // u = nibble + 16 · 5th bit
-          lo[h] = _mm256_or_si256(lo[h], bits_to_16(bp + 256 + 8 * g + 4 * h));
-          hi[h] = _mm256_or_si256(hi[h], bits_to_16(bp + 256 + 8 * (4 + g) + 4 * h));
-        }
-      }
+      q32_nibbles<T>(bp, g, lo, hi);
       for (int r = 0; r < MR; ++r) {
         const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
         const __m256i ql = bcast4(xq), qh = bcast4(xq + 16);

@@ -12,17 +12,10 @@
 
 #include <cstring>
 
+#include "kernels/cpu/avx2_namespace.h"
 #include "kernels/cpu/cpu_kernels.h"
 
-#ifndef DFL_AVX2_VNNI
-#define DFL_AVX2_VNNI 0
-#endif
-
-#if DFL_AVX2_VNNI
-namespace dfl::cpu::avx2_vnni {
-#else
-namespace dfl::cpu::avx2 {
-#endif
+namespace dfl::cpu::DFL_AVX2_NAMESPACE {
 
 namespace {
 
