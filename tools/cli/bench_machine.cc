@@ -165,6 +165,8 @@ std::string isa_description() {
     s += f.avx512vnni ? ", VNNI" : "";
     s += amx_usable() ? ", AMX" : f.amx_bf16 ? ", AMX off" : "";
     s += ")";
+  } else if (cpu_isa() == IsaLevel::kAvx2 && f.avx_vnni) {
+    s += avx_vnni_usable() ? " (AVX-VNNI)" : " (AVX-VNNI off)";
   }
   return s;
 }

@@ -34,7 +34,8 @@ Stat measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeats);
 Stat measure_matmul_peak(ThreadPool& pool, const LoadOptions& opts, int repeats,
                          int* best_m = nullptr);
 
-// "AVX-512 (BF16, VNNI)" etc., and the CPU model name from /proc/cpuinfo.
+// "avx512 (BF16, VNNI)", "avx512 (BF16 off, VNNI, AMX off)", "avx2 (AVX-VNNI)" etc. (what the
+// kernels use now), and the CPU model name from /proc/cpuinfo.
 std::string isa_description();
 std::string cpu_model_name();
 
