@@ -16,11 +16,16 @@ namespace {
 
 void BM_Peak(benchmark::State& state, VnniProbe kind) {
   if (cpu_isa() != IsaLevel::kAvx512) {
-    state.SkipWithError("needs AVX-512 (VNNI)");
+    state.SkipWithError("needs AVX-512");
     return;
   }
   if (kind == VnniProbe::kDpbf16Zmm && !avx512_bf16_usable()) {
     state.SkipWithError("needs AVX512_BF16");
+    return;
+  }
+  const bool vnni = kind != VnniProbe::kDpbf16Zmm && kind != VnniProbe::kFmaZmm && kind != VnniProbe::kAddChain;
+  if (vnni && !avx512_vnni_usable()) {
+    state.SkipWithError("needs AVX512_VNNI");
     return;
   }
   constexpr int64_t kIters = 1 << 20;

@@ -7,6 +7,10 @@ function(dfl_isa_sources isa)
   elseif(isa STREQUAL "avxvnni")
     set(flags "-mavx2 -mfma -mf16c -mavxvnni")
   elseif(isa STREQUAL "avx512")
+    # No -mavx512vnni: only the int8 files (avx512vnni below) may hold vpdpbusd, so the
+    # compiler cannot put one where a Skylake-SP (AVX-512 without VNNI) runs.
+    set(flags "-mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mfma -mf16c")
+  elseif(isa STREQUAL "avx512vnni")
     set(flags "-mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mavx512vnni -mfma -mf16c")
   elseif(isa STREQUAL "amx")
     set(flags "-mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mavx512vnni -mfma -mf16c -mamx-tile -mamx-bf16 -mamx-int8")

@@ -62,7 +62,7 @@ CpuFeatures detect() {
 
 IsaLevel detect_max() {
   const CpuFeatures& f = cpu_features();
-  if (f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && f.avx512vnni && f.fma && f.f16c)
+  if (f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && f.fma && f.f16c)
     return IsaLevel::kAvx512;
   if (f.avx2 && f.fma && f.f16c) return IsaLevel::kAvx2;
   return IsaLevel::kScalar;
@@ -80,6 +80,10 @@ IsaLevel min_level(IsaLevel a, IsaLevel b) { return static_cast<int>(a) < static
 
 IsaLevel g_limit = IsaLevel::kAvx512;
 bool g_amx_on = true;
+bool g_avx512_vnni_on = [] {
+  const char* s = std::getenv("DFL_AVX512_VNNI");
+  return !(s && !std::strcmp(s, "0"));
+}();
 bool g_avx_vnni_on = [] {
   const char* s = std::getenv("DFL_AVX_VNNI");
   return !(s && !std::strcmp(s, "0"));
@@ -123,7 +127,7 @@ void set_cpu_isa_limit(IsaLevel level) { g_limit = level; }
 
 bool amx_usable() {
   static const bool permitted = amx_permitted();
-  return permitted && g_amx_on && avx512_bf16_usable();
+  return permitted && g_amx_on && avx512_bf16_usable() && avx512_vnni_usable();
 }
 
 void set_amx_enabled(bool on) { g_amx_on = on; }
@@ -134,8 +138,19 @@ bool avx512_bf16_usable() {
 
 void set_avx512_bf16_enabled(bool on) { g_avx512_bf16_on = on; }
 
+bool avx512_vnni_usable() {
+  return cpu_features().avx512vnni && g_avx512_vnni_on && cpu_isa() == IsaLevel::kAvx512;
+}
+
+void set_avx512_vnni_enabled(bool on) { g_avx512_vnni_on = on; }
+
+IsaLevel int8_isa() {
+  const IsaLevel isa = cpu_isa();
+  return isa == IsaLevel::kAvx512 && !avx512_vnni_usable() ? IsaLevel::kAvx2 : isa;
+}
+
 bool avx_vnni_usable() {
-  return cpu_features().avx_vnni && g_avx_vnni_on && cpu_isa() == IsaLevel::kAvx2;
+  return cpu_features().avx_vnni && g_avx_vnni_on && int8_isa() == IsaLevel::kAvx2;
 }
 
 void set_avx_vnni_enabled(bool on) { g_avx_vnni_on = on; }

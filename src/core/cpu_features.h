@@ -21,8 +21,8 @@ struct CpuFeatures {
 enum class IsaLevel : int {
   kScalar = 0,  // portable C++ (kernels/ops.cc)
   kAvx2 = 1,    // AVX2 + FMA + F16C
-  kAvx512 = 2,  // AVX-512 F/BW/DQ/VL + VNNI (Cascade Lake, Ice Lake, Zen 4/5, Sapphire Rapids and
-                //   later); the BF16 instructions are used only where avx512_bf16_usable()
+  kAvx512 = 2,  // AVX-512 F/BW/DQ/VL (Skylake-SP and later, Zen 4/5); VNNI, BF16 and AMX are
+                //   used only where avx512_vnni_usable(), avx512_bf16_usable(), amx_usable()
 };
 
 // Detected once, cached.
@@ -36,7 +36,7 @@ void set_cpu_isa_limit(IsaLevel level);
 const char* isa_name(IsaLevel level);
 
 // AMX tiles (BF16) usable by this process: CPU + OS support, the Linux permission request
-// (arch_prctl ARCH_REQ_XCOMP_PERM) granted, avx512_bf16_usable(), not disabled by DFL_AMX=0 or
+// (arch_prctl ARCH_REQ_XCOMP_PERM) granted, avx512_bf16_usable() and avx512_vnni_usable(), not disabled by DFL_AMX=0 or
 // set_amx_enabled(false). Used for BF16 weights prepacked by prepack_weight().
 bool amx_usable();
 void set_amx_enabled(bool on);
@@ -50,11 +50,22 @@ void set_amx_enabled(bool on);
 bool avx512_bf16_usable();
 void set_avx512_bf16_enabled(bool on);
 
-// AVX-VNNI (vpdpbusd on ymm, VEX-encoded) usable by the AVX2 level: the CPU has it (Alder Lake
-// and later Intel cores, Sierra Forest, Zen 5), cpu_isa() == kAvx2 (with AVX-512 the AVX-512
-// kernels run), not disabled by DFL_AVX_VNNI=0 or set_avx_vnni_enabled(false). The AVX2 GGUF
-// kernels of the packed 32-element formats then take their integer dots from it (the same
-// exact integers, so the same bits). Not thread-safe against running kernels.
+// AVX-512 VNNI (vpdpbusd on zmm) usable: the CPU has it (Cascade Lake and later, Zen 4/5),
+// cpu_isa() == kAvx512, not disabled by DFL_AVX512_VNNI=0 or set_avx512_vnni_enabled(false).
+// The AVX-512 integer kernels (GGUF blocks, Q8, the head screens' planes) need it; without it
+// (Skylake-SP / Skylake-X) they run at the AVX2 level: int8_isa(). Everything else stays
+// AVX-512. Not thread-safe against running kernels.
+bool avx512_vnni_usable();
+void set_avx512_vnni_enabled(bool on);
+// The level of the int8 kernels: cpu_isa(), but kAvx2 where AVX-512 has no usable VNNI. Their
+// results are the same bits on every level.
+IsaLevel int8_isa();
+
+// AVX-VNNI (vpdpbusd on ymm, VEX-encoded) usable by the AVX2 integer kernels: the CPU has it
+// (Alder Lake and later Intel cores, Sierra Forest, Zen 5), int8_isa() == kAvx2, not disabled
+// by DFL_AVX_VNNI=0 or set_avx_vnni_enabled(false). The AVX2 GGUF and Q8 kernels of the packed
+// layouts then take their integer dots from it (the same exact integers, so the same bits).
+// Not thread-safe against running kernels.
 bool avx_vnni_usable();
 void set_avx_vnni_enabled(bool on);
 

@@ -374,7 +374,8 @@ void plane_matmul(const cpu::GgmlAct& a, int64_t M, const ArgmaxScreen& s, int64
 // A BF16 weight in the tile layout, screened where its matmul takes the AVX-512 packed kernel.
 bool bf16_screenable(const WeightMatrix& w) {
   return w.dtype == DType::kBF16 && w.packed_format == kPackedAmxBf16 && w.data &&
-         w.n_in % 32 == 0 && cpu_isa() == IsaLevel::kAvx512 && !amx_usable();
+         w.n_in % 32 == 0 && cpu_isa() == IsaLevel::kAvx512 && int8_isa() == IsaLevel::kAvx512 &&
+         !amx_usable();
 }
 
 ArgmaxScreen bf16_argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
@@ -429,7 +430,7 @@ ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
     pool->parallel_for(w.n_out, rows, 256);
   else
     rows(0, w.n_out, 0);
-  if (w.dtype == DType::kQ8_0 && cpu_isa() == IsaLevel::kAvx512) build_plane(w, gamma, s, pool);
+  if (w.dtype == DType::kQ8_0 && int8_isa() == IsaLevel::kAvx512) build_plane(w, gamma, s, pool);
   return s;
 }
 
@@ -462,7 +463,7 @@ int64_t bf16_candidates(const float* y1, const float* xt, const cpu::GgmlAct& a1
 void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
                           const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
   const int64_t K = w.n_in, V = w.n_out, cap = candidate_cap(V);
-  const IsaLevel isa = cpu_isa();
+  const IsaLevel isa = int8_isa();
   thread_local GgmlActRows q1;
   thread_local std::vector<float> xt, y1, his;
   thread_local std::vector<int32_t> idx;
@@ -530,7 +531,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     return;
   }
   if (bf16) return bf16_screened_argmax(x, n_rows, w, screen, out, pool);
-  const IsaLevel isa = cpu_isa();
+  const IsaLevel isa = int8_isa();
   const int64_t ab = act_block(w.dtype);
   const bool amx = ggml_amx_for(w, std::min<int64_t>(n_rows, cpu::amx::kGgmlAmxMaxRows), isa);
   const int64_t chunk = amx ? cpu::amx::kGgmlAmxMaxRows : cpu::kGgmlRowChunk;

@@ -106,13 +106,13 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
   }
   const IsaLevel isa = cpu_isa();
   if (w.packed_format == kPackedQ8) {
-    matmul_q8(x, n_rows, w, y, pool, isa);
+    matmul_q8(x, n_rows, w, y, pool, int8_isa());
     return;
   }
   if ((w.packed_format == kPackedNone || w.packed_format == kPackedQ4K16 ||
        w.packed_format == kPackedQ32x16 || w.packed_format == kPackedQ6K16) &&
       dtype_is_block(w.dtype)) {
-    matmul_ggml(x, n_rows, w, y, pool, isa);
+    matmul_ggml(x, n_rows, w, y, pool, int8_isa());
     return;
   }
   if (w.packed_format == kPackedAmxBf16 && amx_usable()) {
@@ -188,7 +188,7 @@ void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, in
     }
     return bf16_packed_avx512(x, n_rows, ws, ys, n, pool);
   }
-  if (matmul_ggml_same_input(x, n_rows, outs, n, pool, isa)) return;
+  if (matmul_ggml_same_input(x, n_rows, outs, n, pool, int8_isa())) return;
   for (int i = 0; i < n; ++i) matmul(x, n_rows, *outs[i].w, outs[i].y, pool_in);
 }
 

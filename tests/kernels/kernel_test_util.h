@@ -114,7 +114,8 @@ struct PathConfig {
   std::string name;
   Bf16Dot bf16 = Bf16Dot::kDpbf16;
   bool bf16_hw = true;
-  bool avx_vnni = true;  // AVX-VNNI for the AVX2 level's GGUF kernels (avx_vnni_usable())
+  bool avx_vnni = true;     // AVX-VNNI for the AVX2 level's int8 kernels (avx_vnni_usable())
+  bool avx512_vnni = true;  // off: AVX-512 without VNNI, its int8 kernels AVX2's (int8_isa())
 };
 // Each of `levels` with AMX off, then AVX-512 + AMX where usable.
 inline std::vector<PathConfig> paths_over(const std::vector<IsaLevel>& levels) {
@@ -149,13 +150,18 @@ inline std::vector<PathConfig> attention_paths() { return paths_with_bf16_fma(at
 // fp32 FMA, then AVX-512 + AMX where usable.
 inline std::vector<PathConfig> matmul_paths() { return paths_with_bf16_fma(isa_levels()); }
 
-// matmul_paths() and, where the CPU has AVX-VNNI, the AVX2 level without it (the GGUF kernels
-// of the packed 32-element formats have both forms there).
+// matmul_paths() and, where the CPU has them, the AVX2 level without AVX-VNNI and the AVX-512
+// level without its VNNI (the int8 kernels have those forms).
 inline std::vector<PathConfig> ggml_paths() {
   std::vector<PathConfig> v = matmul_paths();
   if (cpu_features().avx_vnni && cpu_isa() >= IsaLevel::kAvx2) {
     PathConfig c{IsaLevel::kAvx2, false, "avx2-no-vnni"};
     c.avx_vnni = false;
+    v.push_back(c);
+  }
+  if (cpu_isa() == IsaLevel::kAvx512) {
+    PathConfig c{IsaLevel::kAvx512, false, "avx512-no-vnni"};
+    c.avx512_vnni = false;
     v.push_back(c);
   }
   return v;
@@ -167,12 +173,14 @@ struct PathScope {
   explicit PathScope(const PathConfig& c) : isa(c.isa) {
     set_avx512_bf16_enabled(c.bf16_hw);
     set_avx_vnni_enabled(c.avx_vnni);
+    set_avx512_vnni_enabled(c.avx512_vnni);
     set_amx_enabled(c.amx);
     set_bf16_dot(c.bf16);
   }
   ~PathScope() {
     set_avx512_bf16_enabled(true);
     set_avx_vnni_enabled(true);
+    set_avx512_vnni_enabled(true);
     set_amx_enabled(true);
     set_bf16_dot(bf16_before);
   }

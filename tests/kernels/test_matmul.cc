@@ -373,6 +373,12 @@ TEST(Matmul, Q8SameBitsOnEveryIsaLevelAndLayoutRoundTrips) {
         ops::matmul(x.data(), Mr, tq.w, ys.back().data(), pool);
         set_avx_vnni_enabled(true);
       }
+      if (cpu_isa() == IsaLevel::kAvx512) {  // AVX-512 without its VNNI (Skylake-SP)
+        set_avx512_vnni_enabled(false);
+        ys.emplace_back(Mr * N);
+        ops::matmul(x.data(), Mr, tq.w, ys.back().data(), pool);
+        set_avx512_vnni_enabled(true);
+      }
       for (size_t l = 1; l < ys.size(); ++l)
         ASSERT_EQ(0, std::memcmp(ys[0].data(), ys[l].data(), Mr * N * 4)) << "level " << l << " N=" << N << " M=" << Mr;
     }

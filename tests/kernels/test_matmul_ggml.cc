@@ -170,13 +170,15 @@ TEST_P(MatmulGgmlAct, SameInputMatmulsEqualOneByOne) {
 TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
   struct Level {
     IsaLevel isa;
-    bool vnni;  // AVX-VNNI for the AVX2 level
+    bool vnni;  // AVX-VNNI for the AVX2 level, AVX-512 VNNI for the AVX-512 one
   };
   std::vector<Level> levels;
   for (IsaLevel isa : test::isa_levels()) {
     if (isa == IsaLevel::kScalar) continue;
     levels.push_back({isa, true});
-    if (isa == IsaLevel::kAvx2 && cpu_features().avx_vnni) levels.push_back({isa, false});
+    if ((isa == IsaLevel::kAvx2 && cpu_features().avx_vnni) ||
+        (isa == IsaLevel::kAvx512 && cpu_features().avx512vnni))
+      levels.push_back({isa, false});
   }
   for (GgmlActivations mode :
        {GgmlActivations::kFp32, GgmlActivations::kInt8, GgmlActivations::kInt8x2}) {
@@ -203,6 +205,7 @@ TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
       for (const Level& level : levels) {
         test::IsaScope scope(level.isa);
         set_avx_vnni_enabled(level.vnni);
+        set_avx512_vnni_enabled(level.vnni);
         const PackedWeight pw = prepack_weight(w, &p2);
         if (mode != GgmlActivations::kFp32) {
           EXPECT_EQ(pw.matrix().packed_format,
@@ -216,10 +219,11 @@ TEST(MatmulGgml, PrepackedSameBitsAsBlocks) {
             ops::matmul(x.data(), M, pw.matrix(), b.data(), *pool);
             EXPECT_EQ(0, std::memcmp(want[mi].data(), b.data(), b.size() * 4))
                 << dtype_name(t) << " K=" << K << " N=" << N << " M=" << M << " on "
-                << isa_name(level.isa) << (level.vnni ? "" : " without AVX-VNNI");
+                << isa_name(level.isa) << (level.vnni ? "" : " without VNNI");
           }
         }
         set_avx_vnni_enabled(true);
+        set_avx512_vnni_enabled(true);
       }
     }
   }

@@ -5,7 +5,7 @@
 #
 #   tools/bench/vs_llamacpp.sh --llama-cpp SRC [--build DIR] [--threads 2] [--rounds 3]
 #                              [--cases gemma,qwen3-bf16,qwen3-q8] [--jobs 1] [--ggml-cpu DIR]
-#                              [--no-amx | --no-bf16 | --avx2 | --avx-vnni]
+#                              [--no-amx | --no-bf16 | --skylake | --avx2 | --avx-vnni]
 #
 # --ggml-cpu DIR: load llama.cpp's CPU backend from DIR (LD_LIBRARY_PATH). On the Sapphire Rapids
 # VM this was written on, a GGML_NATIVE ggml-cpu segfaults in its AMX matmul
@@ -14,6 +14,9 @@
 # --no-bf16: both programs on AVX-512 + VNNI without the AVX512_BF16 instructions (what Cascade
 # Lake, Ice Lake and Tiger Lake have): ours with DFL_AVX512_BF16=0, llama.cpp with a ggml-cpu
 # built for AVX-512 F/VNNI/VBMI, GGML_AVX512_BF16=OFF and no AMX into <build>-nobf16.
+# --skylake: both on AVX-512 F/BW/DQ/VL without VNNI or BF16 (Skylake-SP / Skylake-X): ours with
+# DFL_AVX512_VNNI=0 DFL_AVX512_BF16=0 DFL_AVX_VNNI=0 (its int8 kernels then AVX2's), llama.cpp
+# with a ggml-cpu built with GGML_AVX512=ON and no VNNI / BF16 / VBMI into <build>-skylake.
 # --avx2: both programs on their AVX2 code (an AVX2-only x86: Zen 1–3, Haswell … Comet Lake):
 # ours with DFL_ISA=avx2 DFL_AVX_VNNI=0, llama.cpp with a ggml-cpu built for AVX2 + FMA + F16C +
 # BMI2, no AVX-VNNI and no AVX-512 into <build>-avx2.
@@ -46,6 +49,7 @@ GGML_CPU=
 NO_AMX=0
 AVX2=0
 NO_BF16=0
+SKYLAKE=0
 AVX_VNNI=0
 DFLASH=${DFLASH:-$REPO/build/dflash}
 CACHE=${DFLASH_CACHE:-$HOME/.cache/dflash}
@@ -64,9 +68,10 @@ while [[ $# -gt 0 ]]; do
     --ggml-cpu) GGML_CPU=$2; shift 2 ;;
     --no-amx) NO_AMX=1; shift ;;
     --no-bf16) NO_BF16=1; shift ;;
+    --skylake) SKYLAKE=1; shift ;;
     --avx2) AVX2=1; shift ;;
     --avx-vnni) AVX_VNNI=1; shift ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -117,6 +122,11 @@ if [[ $NO_BF16 == 1 ]]; then
   export DFL_AVX512_BF16=0
   [[ -n $GGML_CPU ]] ||
     GGML_CPU=$(ggml_cpu_for nobf16 -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=OFF)
+fi
+if [[ $SKYLAKE == 1 ]]; then
+  export DFL_AVX512_VNNI=0 DFL_AVX512_BF16=0 DFL_AVX_VNNI=0
+  [[ -n $GGML_CPU ]] || GGML_CPU=$(ggml_cpu_for skylake -DGGML_AVX512=ON -DGGML_AVX512_VBMI=OFF \
+    -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF)
 fi
 if [[ $AVX2 == 1 ]]; then
   export DFL_ISA=avx2 DFL_AVX_VNNI=0

@@ -162,7 +162,7 @@ std::string isa_description() {
   if (cpu_isa() == IsaLevel::kAvx512) {
     s += " (";
     s += avx512_bf16_usable() ? "BF16" : f.avx512bf16 ? "BF16 off" : "no BF16";
-    s += f.avx512vnni ? ", VNNI" : "";
+    s += avx512_vnni_usable() ? ", VNNI" : f.avx512vnni ? ", VNNI off" : ", no VNNI";
     s += amx_usable() ? ", AMX" : f.amx_bf16 ? ", AMX off" : "";
     s += ")";
   } else if (cpu_isa() == IsaLevel::kAvx2 && f.avx_vnni) {
