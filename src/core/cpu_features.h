@@ -36,8 +36,9 @@ void set_cpu_isa_limit(IsaLevel level);
 const char* isa_name(IsaLevel level);
 
 // AMX tiles (BF16) usable by this process: CPU + OS support, the Linux permission request
-// (arch_prctl ARCH_REQ_XCOMP_PERM) granted, avx512_bf16_usable() and avx512_vnni_usable(), not disabled by DFL_AMX=0 or
-// set_amx_enabled(false). Used for BF16 weights prepacked by prepack_weight().
+// (arch_prctl ARCH_REQ_XCOMP_PERM) granted, avx512_bf16_usable() and avx512_vnni_usable(), not
+// disabled by DFL_AMX=0 or set_amx_enabled(false). Used for BF16 weights prepacked by
+// prepack_weight().
 bool amx_usable();
 void set_amx_enabled(bool on);
 
