@@ -311,50 +311,39 @@ template <int T, int MR>
 void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, float* acc) {
   const int64_t ldq = a.K + 256, nb = a.K / 32;
   __m256i dot[MR][2];
-#if DFL_AVX2_VNNI
-  // vpdpbusd: the stored unsigned bytes (Q8_0: q + 128) times the int8 activations, 4 products
-  // per int32 lane; the offset's Σ comes off in the epilogue, as for Q4_0 / Q5_0 below.
   for (int r = 0; r < MR; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
+  // AVX-VNNI: vpdpbusd on the stored unsigned bytes (Q8_0: q + 128), 4 products per int32 lane,
+  // the offset's Σ off in the epilogue. AVX2: Q8_0 as |w| · sign(q, w) (no offset), Q4_0 / Q5_0
+  // in s16 sums widened at the end.
   if constexpr (T == kQ80) {
-    for (int g = 0; g < 8; ++g) {
-      const __m256i u0 = load256(bp + 64 * g), u1 = load256(bp + 64 * g + 32);
-      for (int r = 0; r < MR; ++r) {
-        const __m256i q = bcast4(a.q + (m0 + r) * ldq + 32 * b + 4 * g);
-        dot[r][0] = _mm256_dpbusd_avx_epi32(dot[r][0], u0, q);
-        dot[r][1] = _mm256_dpbusd_avx_epi32(dot[r][1], u1, q);
-      }
-    }
-  } else {
-    for (int g = 0; g < 4; ++g) {
-      __m256i lo[2], hi[2];
-      q32_nibbles<T>(bp, g, lo, hi);
-      for (int r = 0; r < MR; ++r) {
-        const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
-        const __m256i ql = bcast4(xq), qh = bcast4(xq + 16);
-        for (int h = 0; h < 2; ++h)
-          dot[r][h] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(dot[r][h], lo[h], ql), hi[h], qh);
-      }
-    }
-  }
-  constexpr int kOffsetShift = T == kQ80 ? 7 : kShift<T>;
-#else
-  if constexpr (T == kQ80) {
-    for (int r = 0; r < MR; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
+#if !DFL_AVX2_VNNI
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+#endif
     for (int g = 0; g < 8; ++g) {
+#if DFL_AVX2_VNNI
+      const __m256i u0 = load256(bp + 64 * g), u1 = load256(bp + 64 * g + 32);
+#else
       const __m256i w0 = _mm256_xor_si256(load256(bp + 64 * g), flip);
       const __m256i w1 = _mm256_xor_si256(load256(bp + 64 * g + 32), flip);
       const __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1);
+#endif
       for (int r = 0; r < MR; ++r) {
         const __m256i q = bcast4(a.q + (m0 + r) * ldq + 32 * b + 4 * g);
+#if DFL_AVX2_VNNI
+        dot[r][0] = _mm256_dpbusd_avx_epi32(dot[r][0], u0, q);
+        dot[r][1] = _mm256_dpbusd_avx_epi32(dot[r][1], u1, q);
+#else
         dot[r][0] = _mm256_add_epi32(dot[r][0], dot32(u0, _mm256_sign_epi8(q, w0)));
         dot[r][1] = _mm256_add_epi32(dot[r][1], dot32(u1, _mm256_sign_epi8(q, w1)));
+#endif
       }
     }
   } else {
+#if !DFL_AVX2_VNNI
     __m256i slo[MR][2], shi[MR][2];
     for (int r = 0; r < MR; ++r)
       for (int h = 0; h < 2; ++h) slo[r][h] = shi[r][h] = _mm256_setzero_si256();
+#endif
     for (int g = 0; g < 4; ++g) {
       __m256i lo[2], hi[2];
       q32_nibbles<T>(bp, g, lo, hi);
@@ -362,16 +351,21 @@ void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, fl
         const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
         const __m256i ql = bcast4(xq), qh = bcast4(xq + 16);
         for (int h = 0; h < 2; ++h) {
+#if DFL_AVX2_VNNI
+          dot[r][h] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(dot[r][h], lo[h], ql), hi[h], qh);
+#else
           slo[r][h] = _mm256_add_epi16(slo[r][h], _mm256_maddubs_epi16(lo[h], ql));
           shi[r][h] = _mm256_add_epi16(shi[r][h], _mm256_maddubs_epi16(hi[h], qh));
+#endif
         }
       }
     }
+#if !DFL_AVX2_VNNI
     for (int r = 0; r < MR; ++r)
       for (int h = 0; h < 2; ++h) dot[r][h] = _mm256_add_epi32(widen_sum(slo[r][h]), widen_sum(shi[r][h]));
-  }
-  constexpr int kOffsetShift = T == kQ80 ? -1 : kShift<T>;  // Q8_0: signed products, no offset
 #endif
+  }
+  constexpr int kOffsetShift = T == kQ80 ? (DFL_AVX2_VNNI ? 7 : -1) : kShift<T>;
   const float* dp = reinterpret_cast<const float*>(bp + kQ32Qs<T> + kQ32Qh<T>);
   const __m256 d0 = _mm256_loadu_ps(dp), d1 = _mm256_loadu_ps(dp + 8);
   for (int r = 0; r < MR; ++r) {
