@@ -146,18 +146,12 @@ void softcap(float* x, int64_t n, float cap) {
   }
 }
 
-// core/dtype.h's f32_to_bf16 in integer lanes: NaN → (u >> 16) | 0x40, else (u + 0x7fff +
-// bit 16) >> 16. ys = 2 writes every other uint16 from y (a masked 16-bit store).
+// core/dtype.h's f32_to_bf16 in integer lanes (simd_avx512.h bf16_round_lanes). ys = 2 writes
+// every other uint16 from y (a masked 16-bit store).
 void to_bf16(const float* x, int64_t n, uint16_t* y, int64_t ys) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = lanes16(n - i);
-    const __m512i u = _mm512_maskz_loadu_epi32(m, x + i);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i rne = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, half), _mm512_and_si512(hi, one)), 16);
-    const __m512i r = _mm512_mask_or_epi32(rne, nan, hi, quiet);
+    const __m512i r = bf16_round_lanes(_mm512_maskz_loadu_epi32(m, x + i), false);
     if (ys == 1) {
       _mm256_mask_storeu_epi16(y + i, m, _mm512_cvtepi32_epi16(r));
     } else {  // lane l's low half is uint16 2l from y + 2i

@@ -184,20 +184,23 @@ static inline __m512 tanh16(__m512 x) {
 // (the AMX ones aside: amx_usable() implies the instructions)
 // goes through these two; vdpbf16ps runs only under ops.h Bf16Dot::kDpbf16, which
 // bf16_dot() never returns without the instructions.
-static inline __m512i bf16_lanes_emulated(__m512 x) {  // bf16 in the low half of each lane
-  const __m512i u = _mm512_castps_si512(x);
+// The one integer-lane form of both roundings, bf16 in the low half of each 32-bit lane:
+// core/dtype.h's f32_to_bf16 (daz = false: ops::to_bf16, the KV cache) or the instructions'
+// (daz = true: a denormal input gives ±0).
+static inline __m512i bf16_round_lanes(__m512i u, bool daz) {
   const __m512i hi = _mm512_srli_epi32(u, 16);
   const __m512i rne = _mm512_srli_epi32(
       _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                                 _mm512_set1_epi32(0x7f800000));
+  const __m512i r = _mm512_mask_or_epi32(rne, nan, hi, _mm512_set1_epi32(0x40));
+  if (!daz) return r;
   const __mmask16 denormal = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-  __m512i r = _mm512_mask_or_epi32(rne, nan, hi, _mm512_set1_epi32(0x40));
   return _mm512_mask_and_epi32(r, denormal, hi, _mm512_set1_epi32(0x8000));
 }
 static inline __m256i cvtneps_bf16(__m512 x, bool hw) {
   if (hw) return (__m256i)_mm512_cvtneps_pbh(x);
-  return _mm512_cvtepi32_epi16(bf16_lanes_emulated(x));
+  return _mm512_cvtepi32_epi16(bf16_round_lanes(_mm512_castps_si512(x), true));
 }
 // 32 bf16: lo's 16 then hi's 16.
 static inline __m512i cvtne2ps_bf16(__m512 hi, __m512 lo, bool hw) {
