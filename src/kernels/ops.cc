@@ -70,14 +70,20 @@ ThreadPool& pool_for(ThreadPool& pool, int64_t work) {
   return work < kInlineWork ? solo : pool;
 }
 
-// The packed bf16 kernel (AVX-512 without AMX) on 1..4 weights of one input, x's converted copy
-// in this thread's scratch.
-void bf16_packed_avx512(const float* x, int64_t n_rows, const WeightMatrix* const* ws, float* const* ys,
-                        int n, ThreadPool& pool) {
+// The packed bf16 kernel without AMX (AVX-512: vdpbf16ps or its FMA form; AVX2: the FMA form,
+// the same bits) on 1..4 weights of one input, x's converted copy in this thread's scratch.
+void bf16_packed(const float* x, int64_t n_rows, const WeightMatrix* const* ws, float* const* ys, int n,
+                 ThreadPool& pool) {
   thread_local std::vector<uint16_t> xb;
-  const bool fma = bf16_dot() == Bf16Dot::kFma;
   const int64_t K = ws[0]->n_in;
-  const int64_t len = fma ? 2 * n_rows * cpu::avx512::fma_x_stride(K) : n_rows * ((K + 31) / 32 * 32);
+  if (cpu_isa() == IsaLevel::kAvx2) {
+    thread_local std::vector<float> xf;
+    cpu::avx2::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool,
+                                       scratch(xf, static_cast<size_t>(n_rows * cpu::fma_x_stride(K))));
+    return;
+  }
+  const bool fma = bf16_dot() == Bf16Dot::kFma;
+  const int64_t len = fma ? 2 * n_rows * cpu::fma_x_stride(K) : n_rows * ((K + 31) / 32 * 32);
   cpu::avx512::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool, scratch(xb, static_cast<size_t>(len)), fma);
 }
 
@@ -128,10 +134,10 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     return;
   }
   DFL_ASSERT(w.packed_format == kPackedNone || w.packed_format == kPackedAmxBf16);
-  if (w.packed_format == kPackedAmxBf16 && isa == IsaLevel::kAvx512) {  // AVX-512, AMX off
+  if (w.packed_format == kPackedAmxBf16 && isa >= IsaLevel::kAvx2) {  // AMX off
     const WeightMatrix* ws[1] = {&w};
     float* ys[1] = {y};
-    return bf16_packed_avx512(x, n_rows, ws, ys, 1, pool);
+    return bf16_packed(x, n_rows, ws, ys, 1, pool);
   }
   const bool fp32w = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
                      w.dtype == DType::kF8E4M3;
@@ -173,7 +179,7 @@ int64_t work_of(int64_t n_rows, const MatmulOut* outs, int n) {
 void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, int n, ThreadPool& pool_in) {
   constexpr int kMaxJoint = 4;
   const IsaLevel isa = cpu_isa();
-  bool packed = n >= 2 && n <= kMaxJoint && n_rows > 0 && isa == IsaLevel::kAvx512 && !amx_usable();
+  bool packed = n >= 2 && n <= kMaxJoint && n_rows > 0 && isa >= IsaLevel::kAvx2 && !amx_usable();
   for (int i = 0; i < n && packed; ++i) {
     const WeightMatrix& w = *outs[i].w;
     packed = w.packed_format == kPackedAmxBf16 && w.n_in == outs[0].w->n_in && w.n_in > 0 && w.n_out > 0;
@@ -186,7 +192,7 @@ void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, in
       ws[i] = outs[i].w;
       ys[i] = outs[i].y;
     }
-    return bf16_packed_avx512(x, n_rows, ws, ys, n, pool);
+    return bf16_packed(x, n_rows, ws, ys, n, pool);
   }
   if (matmul_ggml_same_input(x, n_rows, outs, n, pool, int8_isa())) return;
   for (int i = 0; i < n; ++i) matmul(x, n_rows, *outs[i].w, outs[i].y, pool_in);
@@ -555,10 +561,10 @@ PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
     return ops::prepack_q6k16(w, pool);
   PackedWeight p;
   p.w = w;
-  // BF16: the tile layout for AMX, and for AVX-512 without it (its lanes-are-outputs kernel
-  // streams that layout at M = 1 and reuses each weight vector for every row).
+  // BF16: the tile layout for AMX, and for AVX-512 or AVX2 without it (their lanes-are-outputs
+  // kernels stream that layout at M = 1 and reuse each weight vector for every row).
   if (w.packed_format != kPackedNone || w.dtype != DType::kBF16 ||
-      !(amx_usable() || cpu_isa() == IsaLevel::kAvx512))
+      !(amx_usable() || cpu_isa() >= IsaLevel::kAvx2))
     return p;
   const int64_t n_tiles = (w.n_out + 15) / 16, n_kc = (w.n_in + 31) / 32;
   p.buf.reset(static_cast<size_t>(n_tiles * n_kc * 16 * 32));

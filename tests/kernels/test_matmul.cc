@@ -117,10 +117,12 @@ std::vector<float> bf16_round(const std::vector<float>& x) {
   return r;
 }
 
-// What the reference should be fed for `fmt` on `isa`.
+// What the reference should be fed for `fmt` on `isa`: x rounded to bf16 where the kernel
+// multiplies bf16 × bf16 — every AVX-512 BF16 path, and the packed layout on AVX2 too.
 std::vector<float> ref_input(const std::vector<float>& x, Fmt fmt, IsaLevel isa) {
-  const bool bf16 = fmt == Fmt::kBF16 || fmt == Fmt::kBF16Pack;
-  return (bf16 && isa == IsaLevel::kAvx512) ? bf16_round(x) : x;
+  const bool rounded = (fmt == Fmt::kBF16 && isa == IsaLevel::kAvx512) ||
+                       (fmt == Fmt::kBF16Pack && isa >= IsaLevel::kAvx2);
+  return rounded ? bf16_round(x) : x;
 }
 
 double bound(Fmt fmt) { return fmt == Fmt::kQ8 ? 5e-4 : 1e-10; }
@@ -277,6 +279,50 @@ TEST(Matmul, PackedBf16FmaIsVdpbf16psOnIntel) {
   }
 }
 
+// The packed BF16 kernel on AVX2 (cpu/bf16_packed_avx2.cc) performs, per output, the operations
+// of AVX-512's FMA form: the same bytes on every row count the pass split distinguishes (G = 4,
+// 3, 2, then one tile in equal passes of ≤ 6 rows), ragged K and N, one and two threads. x holds
+// the rounding's edge cases: ties (1 + 2^-8: RNE keeps the even 1), values just past a tie, ±0,
+// and a row of denormals only (the instruction reads them as ±0, so that row's outputs are 0;
+// unflushed they would sum to a nonzero denormal).
+TEST(Matmul, PackedBf16Avx2IsTheAvx512FmaForm) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 to compare with on this machine";
+  ThreadPool p1(1), p2(2);
+  int64_t compared = 0;
+  for (int64_t K : {32, 70, 333, 1024})
+    for (int64_t N : {16, 67, 200}) {
+      TestWeight t;
+      make_weight(t, Fmt::kBF16Pack, N, K, static_cast<uint32_t>(N * 5 + K));
+      ASSERT_TRUE(t.packed.repacked());
+      for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16, 17, 33}) {
+        auto x = randn(M * K, static_cast<uint32_t>(3 * M + K + N));
+        const uint32_t edges[] = {0x3f808000u, 0xbf808000u, 0x3f818000u, 0x3f808001u, 0x00000000u, 0x80000000u};
+        for (int64_t i = 0; i < M * K; i += 7) std::memcpy(&x[size_t(i)], &edges[(i / 7) % 6], 4);
+        for (int64_t k = 0; k < K; ++k) {  // the last row: denormals of both signs
+          const uint32_t d = (k % 2 ? 0x80000000u : 0u) | static_cast<uint32_t>(1 + k * 7919 % 0x7fffff);
+          std::memcpy(&x[size_t((M - 1) * K + k)], &d, 4);
+        }
+        for (ThreadPool* pool : {&p1, &p2}) {
+          std::vector<float> y512(M * N), y2(M * N);
+          {
+            test::PathScope scope({IsaLevel::kAvx512, false, "avx512+bf16-fma", Bf16Dot::kFma});
+            ops::matmul(x.data(), M, t.w, y512.data(), *pool);
+          }
+          {
+            test::PathScope scope({IsaLevel::kAvx2, false, "avx2"});
+            ops::matmul(x.data(), M, t.w, y2.data(), *pool);
+          }
+          ASSERT_EQ(0, std::memcmp(y512.data(), y2.data(), y2.size() * 4))
+              << "M=" << M << " N=" << N << " K=" << K << " threads " << pool->n_threads();
+          for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y2[size_t((M - 1) * N + n)], 0.0f) << "denormal row";
+          compared += static_cast<int64_t>(y2.size());
+        }
+      }
+    }
+  std::printf("packed BF16, AVX2 vs AVX-512 FMA form: %lld outputs, the same bytes\n",
+              static_cast<long long>(compared));
+}
+
 // ops::matmul_same_input (a layer's q, k, v or gate and up): each output bit-identical to its own
 // ops::matmul, on every path — packed BF16 weights of one input run as one pool job on AVX-512
 // without AMX (both product forms there), and a group that mixes formats or inputs falls back to
@@ -426,14 +472,14 @@ TEST(Matmul, PrepackUsesAmxWhereAvailable) {
   TestWeight t;
   make_weight(t, Fmt::kBF16Pack, 40, 70, 1);
   std::printf("AMX usable: %d, prepacked: %d\n", amx_usable(), t.packed.repacked());
-  EXPECT_EQ(t.packed.repacked(), amx_usable() || cpu_isa() == IsaLevel::kAvx512);
-  // Without AMX, AVX-512 still packs (its lanes-are-outputs kernel); below it nothing does.
-  {
-    set_amx_enabled(false);
+  EXPECT_EQ(t.packed.repacked(), amx_usable() || cpu_isa() >= IsaLevel::kAvx2);
+  // Without AMX, AVX-512 and AVX2 still pack (their lanes-are-outputs kernels); the scalar
+  // level does not.
+  for (IsaLevel isa : test::isa_levels()) {
+    test::PathScope scope({isa, false, isa_name(isa)});
     TestWeight t2;
     make_weight(t2, Fmt::kBF16Pack, 40, 70, 1);
-    EXPECT_EQ(t2.packed.repacked(), cpu_isa() == IsaLevel::kAvx512);
-    set_amx_enabled(true);
+    EXPECT_EQ(t2.packed.repacked(), isa >= IsaLevel::kAvx2) << isa_name(isa);
   }
 }
 

@@ -436,7 +436,7 @@ TEST(MatmulArgmax, Bf16RowsFinishEqualsTheMatmulOnItsOutputs) {
   const float kUntouched = -12345.0f;
   for (bool fma : {false, true}) {
     std::vector<float> want(size_t(M * N)), got(size_t(M * N), kUntouched);
-    std::vector<float> xb(size_t(M * cpu::avx512::fma_x_stride(K)));
+    std::vector<float> xb(size_t(M * cpu::fma_x_stride(K)));
     cpu::avx512::matmul_bf16_packed(x.data(), M, w, want.data(), pool,
                                     reinterpret_cast<uint16_t*>(xb.data()), fma);
     cpu::avx512::bf16_rows_finish(x.data(), M, w, idx.data(), counts.data(), cap, fma, got.data(), pool);

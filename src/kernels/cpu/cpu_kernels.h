@@ -15,6 +15,12 @@
 
 namespace dfl::cpu {
 
+// Row stride (floats) of the fp32 activation copies the packed BF16 kernels' FMA form reads
+// (avx512::matmul_bf16_packed with fma, avx2::matmul_bf16_packed): K rounded up to 32, plus one
+// cache line, so that the rows of a row block (read together, a broadcast each per k pair) do not
+// all map to one L1 set when Kp·4 bytes is a multiple of 4 KiB. (static: each file its own copy.)
+static constexpr int64_t fma_x_stride(int64_t K) { return (K + 31) / 32 * 32 + 16; }
+
 // Activations quantized for the Q8 kernels (see ops.h Q8 format): per row, per block of
 // kQ8Block: int8 values, fp32 scale, and the offset correction c = -128 * sum(xq) (the weights
 // are stored as u8 = q + 128; c is the start value of each output's int32 block dot product).
@@ -142,8 +148,6 @@ void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float*
 // matmul_bf16_packed gives for ws[i]; x is converted once and all their tiles run as one pool job.
 void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
                              int n, ThreadPool& pool, uint16_t* xb, bool fma);
-// Row stride (floats) of the fp32 activation copies the FMA form reads.
-int64_t fma_x_stride(int64_t K);
 // Rows x [M, K] fp32 × a kPackedAmxBf16 weight on listed outputs, the same bits as
 // matmul_bf16_packed (same fma) gives there, read from the row-major weights (w.data, [n_out,
 // n_in] bf16, which a packed weight keeps): for each row r < M (≤ kGgmlRowChunk), y[r][n] (y is
@@ -232,6 +236,11 @@ namespace avx2 {
 int64_t fp32w_widen_floats(int64_t M, const WeightMatrix& w, int n_threads);
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,
                   float* xp, float* wbuf);
+// 1..4 BF16 weights of one input (equal n_in) prepacked in the kPackedAmxBf16 layout: ys[i] =
+// x · ws[i]ᵀ with the bits of avx512::matmul_bf16_packed's FMA form (cpu/bf16_packed_avx2.cc),
+// all their tiles one pool job. xf: scratch for M * fma_x_stride(K) floats.
+void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
+                             int n, ThreadPool& pool, float* xf);
 // The GGML int8 kernels and activation quantization on AVX2 (cpu/ggml_avx2.cc): the contracts
 // and bits of the avx512:: functions of the same names (matmul_ggml on the original blocks,
 // matmul_q32x16 / q4k16 / q6k16 on the packed layouts).

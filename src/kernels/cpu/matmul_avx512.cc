@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/packed_bf16_grid.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace dfl::cpu::avx512 {
@@ -115,13 +116,10 @@ void to_bf16_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t
 }
 
 // ---------------------------------------------------------------------------------------------
-// BF16 weights in the kPackedAmxBf16 layout (AVX-512 without AMX): per 16-output tile and 32-k
-// chunk, [16 k-pairs][16 n][2] bf16 — one 64-byte row is a vdpbf16ps operand whose lane n holds
-// output n's pair, so lanes are outputs (no horizontal reduction) and each (row, tile)
-// accumulator runs one chain over the k pairs in order, the same for every M and grouping
-// (batch invariant). MR rows × G tiles per micro-kernel (MR·G ≤ 24 accumulators; G tiles are
-// G weight streams, enough independent chains at M = 1).
-constexpr int64_t kPackTile = 16 * 32;  // bf16 elements of one packed 16 n × 32 k tile
+// BF16 weights in the kPackedAmxBf16 layout (AVX-512 without AMX; the grid: cpu/packed_bf16_grid.h):
+// one 64-byte row is a vdpbf16ps operand whose lane n holds output n's pair. MR rows × G tiles
+// per micro-kernel (MR·G ≤ 24 accumulators; G tiles are G weight streams, enough independent
+// chains at M = 1).
 
 // acc[i][g] → y[i][n0 + 16g ..], the outputs past N left out (lanes = outputs).
 template <int MR, int G>
@@ -134,37 +132,16 @@ inline void store_tiles(const __m512 (&acc)[MR][G], int64_t n0, int64_t N, float
   }
 }
 
-// Where a micro-kernel's G weight tiles start: ts apart (the matmul's walk over neighbouring
-// tiles) or listed one by one (the greedy screen's gathered candidate tiles, bf16_rows_finish).
-struct StridedTiles {
-  const uint16_t* w;
-  int64_t ts;
-  const uint16_t* operator[](int g) const { return w + g * ts; }
-};
+// The greedy screen's gathered candidate tiles (bf16_rows_finish), listed one by one where
+// StridedTiles steps over neighbours.
 template <int G>
 struct ListedTiles {
   const uint16_t* w[G];
   const uint16_t* operator[](int g) const { return w[g]; }
 };
 
-// Tiles to pull into L2 while a micro-kernel reads its own: tile g (bit g of `tiles`) at
-// w + g·ts, a line of it beside each line of the kernel's own tile g.
-struct Pull {
-  const uint16_t* w = nullptr;
-  int64_t ts = 0;
-  unsigned tiles = 0;
-};
-
-// Where a micro-kernel's activation rows start (T: uint16_t bf16 rows, float fp32 copies):
-// row i of the block, xs elements apart, shared by every tile (the matmul), or one row per tile
-// (MR = 1: tile g takes row x[g] — the screen's finish, bf16_rows_finish).
-template <class T>
-struct SharedRows {
-  static constexpr bool kPerTile = false;
-  const T* x;
-  int64_t xs;
-  const T* row(int i, int) const { return x + i * xs; }
-};
+// One activation row per tile (MR = 1: tile g takes row x[g] — the screen's finish), where
+// SharedRows gives every tile the same rows.
 template <class T, int G>
 struct RowPerTile {
   static constexpr bool kPerTile = true;
@@ -207,98 +184,6 @@ void packed_bf16_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t
   store_tiles<MR, G>(acc, n0, N, y, ldy);
 }
 
-// The activation copy a kernel reads, made by each pool thread for itself on its first group
-// (thread 0, the caller, in the scratch it passed; a worker in its own buffer): no thread waits
-// for a serial conversion, and none reads a copy that another core wrote. (A pure function of
-// x: every copy holds the same values.)
-template <class T>
-class ThreadCopies {
- public:
-  ThreadCopies(int n_threads, T* caller, int64_t n) : caller_(caller), n_(n) {
-    thread_local std::vector<const T*> made;
-    made.assign(static_cast<size_t>(n_threads), nullptr);
-    made_ = made.data();
-  }
-  template <class Convert>
-  const T* get(int tid, Convert&& convert) {
-    if (made_[tid]) return made_[tid];
-    T* dst = caller_;
-    if (tid != 0) {
-      thread_local std::vector<T> own;  // in a worker: the worker's own
-      const size_t need = static_cast<size_t>(n_ + 64 / sizeof(T));
-      if (own.size() < need) {
-        ThreadPool::NoAbandon keep;  // not cut short inside the allocator (redoable jobs)
-        own.resize(need);
-      }
-      dst = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(own.data()) + 63) & ~uintptr_t(63));
-    }
-    convert(dst);
-    return made_[tid] = dst;
-  }
-
- private:
-  T* caller_;
-  int64_t n_;
-  const T** made_;
-};
-
-// Both packed-layout drivers walk the same grid: the tiles in groups of G (the last, partial
-// group one tile at a time) on the pool, the rows in blocks of MR; rows(part, g, mr, m0, wt, n0,
-// pull, tid) runs one micro-kernel of g tiles (G or 1) of weight `part` from tile pointer wt /
-// output n0 over rows m0..m0+mr-1 on pool thread tid, pulling `pull`'s tiles into L2 along the
-// way. Several weights of one input (PackedPart: same K) are one pool job, their groups one
-// after the other.
-struct PackedPart {
-  const uint16_t* wp;  // the packed tiles
-  int64_t N;           // outputs
-  float* y;            // [M, N]
-};
-template <class Rows>
-void walk_packed_tiles(int64_t M, const PackedPart* parts, int n_parts, int64_t n_kc, int G, int64_t MR,
-                       ThreadPool& pool, Rows&& rows) {
-  auto groups_of = [G](int64_t N) { return ((N + 15) / 16 + G - 1) / G; };
-  int64_t n_groups = 0;
-  for (int i = 0; i < n_parts; ++i) n_groups += groups_of(parts[i].N);
-  pool.parallel_for_redoable(n_groups, [&](int64_t g0, int64_t g1, int tid) {
-    int part = 0;
-    int64_t first = 0;  // the global index of part's first group
-    for (int64_t gi = g0; gi < g1; ++gi) {
-      while (gi >= first + groups_of(parts[part].N)) first += groups_of(parts[part++].N);
-      const PackedPart& pp = parts[part];
-      const int64_t n_tiles = (pp.N + 15) / 16, t0 = (gi - first) * G, nt = imin(G, n_tiles - t0);
-      // Several row blocks (passes) over a group: the first would stream its tiles from DRAM
-      // and the others compute from cache, one after the other. So pass p pulls the next
-      // group's tiles g ≡ p (mod passes) into L2 as it goes, and the stream overlaps the FMAs
-      // (Emerald Rapids, 0.6B bf16 verify t(16) −3–8 % while 16 FMA rows took two passes; they
-      // now take one, so this serves longer blocks and the vdpbf16ps form's 6-row passes). The
-      // next group may open the next part.
-      const int64_t passes = (M + MR - 1) / MR;
-      const uint16_t* next = nullptr;
-      int64_t n_next = 0;
-      if (passes > 1 && gi + 1 < g1) {
-        if (t0 + G < n_tiles) {
-          next = pp.wp + (t0 + G) * n_kc * kPackTile;
-          n_next = imin(G, n_tiles - t0 - G);
-        } else if (part + 1 < n_parts) {
-          next = parts[part + 1].wp;
-          n_next = imin(G, (parts[part + 1].N + 15) / 16);
-        }
-      }
-      for (int64_t m0 = 0, pass = 0; m0 < M; m0 += MR, ++pass) {
-        const int64_t mr = imin(MR, M - m0);
-        if (nt == G) {
-          Pull pull{next, n_kc * kPackTile, 0};
-          for (int64_t g = pass; g < n_next; g += passes) pull.tiles |= 1u << g;
-          rows(pp, G, mr, m0, pp.wp + t0 * n_kc * kPackTile, t0 * 16, pull, tid);
-          continue;
-        }
-        for (int64_t t = 0; t < nt; ++t)
-          rows(pp, 1, mr, m0, pp.wp + (t0 + t) * n_kc * kPackTile, (t0 + t) * 16, Pull{}, tid);
-      }
-    }
-  });
-}
-
 // The row dispatchers: packed_bf16_rows takes mr 1..6, fma_rows 1..16 (a larger mr computes
 // nothing).
 
@@ -332,11 +217,6 @@ void packed_bf16_rows(int64_t mr, const uint16_t* xb, int64_t Kp, const uint16_t
 constexpr int64_t kFmaPrefetch = 2048;
 
 }  // namespace
-
-// Row stride of xf: K rounded up to 32, plus one cache line, so that the rows of a row block
-// (read together, a broadcast each per k pair) do not all map to one L1 set when Kp·4 bytes is a
-// multiple of 4 KiB.
-int64_t fma_x_stride(int64_t K) { return (K + 31) / 32 * 32 + 16; }
 
 namespace {
 
@@ -403,7 +283,6 @@ void matmul_bf16_packed_fma(const float* x, int64_t M, const PackedPart* parts, 
                             ThreadPool& pool, float* xf) {
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   const int64_t xs = fma_x_stride(K);
-  ThreadCopies<float> copies(pool.n_threads(), xf, M * xs);
   // Tiles per group by M (MR·G + 2G ≤ 28): more weight streams for few rows; beyond 8 rows one
   // tile × up to 16 rows, so a 16-row verify block is one pass over each weight (2 widening ops
   // per 32 FMAs, and the DRAM stream spread over all of the compute). Emerald Rapids, Qwen3-0.6B
@@ -411,13 +290,10 @@ void matmul_bf16_packed_fma(const float* x, int64_t M, const PackedPart* parts, 
   // into L2). Only who computes what, never the arithmetic.
   const int G = M <= 1 ? 8 : M <= 2 ? 6 : M <= 4 ? 4 : M <= 8 ? 2 : 1;
   const int64_t MR = G == 8 ? 1 : G == 6 ? 2 : G == 4 ? 4 : G == 2 ? 8 : 16;
-  walk_packed_tiles(M, parts, n_parts, n_kc, G, MR, pool,
-                    [&](const PackedPart& pp, int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0,
-                        Pull pull, int tid) {
-                      const int64_t N = pp.N;
-                      const float* xr =
-                          copies.get(tid, [&](float* dst) { to_bf16_fp32_rows(x, M, K, Kp, xs, dst); }) + m0 * xs;
-                      float* yr = pp.y + m0 * N;
+  walk_packed_tiles(M, parts, n_parts, n_kc, G, MR, xf, xs,
+                    [&](float* dst) { to_bf16_fp32_rows(x, M, K, Kp, xs, dst); }, pool,
+                    [&](int g, int64_t mr, const float* xr, const uint16_t* wt, int64_t n0, int64_t N, float* yr,
+                        Pull pull) {
                       switch (g) {
                         case 8: return fma_rows<8>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
                         case 6: return fma_rows<6>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
@@ -599,18 +475,14 @@ void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* cons
   }
   if (fma) return matmul_bf16_packed_fma(x, M, parts, n, K, pool, reinterpret_cast<float*>(xb));
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
-  ThreadCopies<uint16_t> copies(pool.n_threads(), xb, M * Kp);
   // Tiles per micro-kernel by M (MR·G ≤ 24; rows in blocks of ≤ 6): more weight streams for few
   // rows. The grouping only decides who computes what, never the arithmetic.
   const int G = M <= 3 ? 8 : M <= 4 ? 6 : 4;
   const int64_t MRmax = G == 8 ? 3 : G == 6 ? 4 : 6;
-  walk_packed_tiles(M, parts, n, n_kc, G, MRmax, pool,
-                    [&](const PackedPart& pp, int g, int64_t mr, int64_t m0, const uint16_t* wt, int64_t n0,
-                        Pull pull, int tid) {
-                      const int64_t N = pp.N;
-                      const uint16_t* xr =
-                          copies.get(tid, [&](uint16_t* dst) { to_bf16_rows(x, M, K, Kp, dst); }) + m0 * Kp;
-                      float* yr = pp.y + m0 * N;
+  walk_packed_tiles(M, parts, n, n_kc, G, MRmax, xb, Kp, [&](uint16_t* dst) { to_bf16_rows(x, M, K, Kp, dst); },
+                    pool,
+                    [&](int g, int64_t mr, const uint16_t* xr, const uint16_t* wt, int64_t n0, int64_t N, float* yr,
+                        Pull pull) {
                       switch (g) {
                         case 8: return packed_bf16_rows<8>(mr, xr, Kp, wt, n_kc, n0, N, yr, N, pull);
                         case 6: return packed_bf16_rows<6>(mr, xr, Kp, wt, n_kc, n0, N, yr, N, pull);
