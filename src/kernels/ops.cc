@@ -70,21 +70,47 @@ ThreadPool& pool_for(ThreadPool& pool, int64_t work) {
   return work < kInlineWork ? solo : pool;
 }
 
-// The packed bf16 kernel without AMX (AVX-512: vdpbf16ps or its FMA form; AVX2: the FMA form,
-// the same bits) on 1..4 weights of one input, x's converted copy in this thread's scratch.
-void bf16_packed(const float* x, int64_t n_rows, const WeightMatrix* const* ws, float* const* ys, int n,
-                 ThreadPool& pool) {
-  thread_local std::vector<uint16_t> xb;
+// The packed 16-bit kernels without AMX on 1..4 weights of one input (equal n_in, one format),
+// x's converted copy in this thread's scratch. BF16 (kPackedAmxBf16): AVX-512 vdpbf16ps or its
+// FMA form, AVX2 the FMA form (the same bits); F16 (kPackedF16x16): fp32 FMA on AVX-512 and AVX2
+// (the same bits).
+void packed16(const float* x, int64_t n_rows, const WeightMatrix* const* ws, float* const* ys, int n,
+              ThreadPool& pool) {
   const int64_t K = ws[0]->n_in;
-  if (cpu_isa() == IsaLevel::kAvx2) {
-    thread_local std::vector<float> xf;
-    cpu::avx2::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool,
-                                       scratch(xf, static_cast<size_t>(n_rows * cpu::fma_x_stride(K))));
-    return;
-  }
-  const bool fma = bf16_dot() == Bf16Dot::kFma;
-  const int64_t len = fma ? 2 * n_rows * cpu::fma_x_stride(K) : n_rows * ((K + 31) / 32 * 32);
-  cpu::avx512::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool, scratch(xb, static_cast<size_t>(len)), fma);
+  const bool avx2 = cpu_isa() == IsaLevel::kAvx2;
+  const bool fma = avx2 || ws[0]->packed_format == kPackedF16x16 || bf16_dot() == Bf16Dot::kFma;
+  thread_local std::vector<float> xf;
+  float* buf = scratch(xf, static_cast<size_t>(fma ? n_rows * cpu::fma_x_stride(K) : (n_rows * ((K + 31) / 32 * 32) + 1) / 2));
+  if (ws[0]->packed_format == kPackedF16x16)
+    return avx2 ? cpu::avx2::matmul_f16_packed_many(x, n_rows, ws, ys, n, pool, buf)
+                : cpu::avx512::matmul_f16_packed_many(x, n_rows, ws, ys, n, pool, buf);
+  if (avx2) return cpu::avx2::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool, buf);
+  cpu::avx512::matmul_bf16_packed_many(x, n_rows, ws, ys, n, pool, reinterpret_cast<uint16_t*>(buf), fma);
+}
+
+// The F16 weight in the kPackedF16x16 layout (ops.h).
+PackedWeight prepack_f16x16(const WeightMatrix& w, ThreadPool* pool) {
+  const int64_t N = w.n_out, K = w.n_in, n_tiles = (N + 15) / 16, n_kc = (K + 31) / 32;
+  PackedWeight p;
+  p.w = w;
+  p.buf.reset(static_cast<size_t>(n_tiles * n_kc * 32 * 16));
+  const uint16_t* src = static_cast<const uint16_t*>(w.data);
+  uint16_t* dst = p.buf.data();
+  auto run = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t k = 0; k < n_kc * 32; ++k)
+        for (int64_t j = 0; j < 16; ++j) {
+          const int64_t n = t * 16 + j;
+          dst[(t * n_kc * 32 + k) * 16 + j] = (n < N && k < K) ? src[n * K + k] : 0;
+        }
+  };
+  if (pool)
+    pool->parallel_for(n_tiles, run, 16);
+  else
+    run(0, n_tiles, 0);
+  p.w.packed = p.buf.data();
+  p.w.packed_format = kPackedF16x16;
+  return p;
 }
 
 }  // namespace
@@ -133,11 +159,12 @@ void matmul(const float* x, int64_t n_rows, const WeightMatrix& w, float* y, Thr
     cpu::amx::matmul_bf16(x, n_rows, w, y, pool, scratch(xb, Mp * Kp), c);
     return;
   }
-  DFL_ASSERT(w.packed_format == kPackedNone || w.packed_format == kPackedAmxBf16);
-  if (w.packed_format == kPackedAmxBf16 && isa >= IsaLevel::kAvx2) {  // AMX off
-    const WeightMatrix* ws[1] = {&w};
+  DFL_ASSERT(w.packed_format == kPackedNone || w.packed_format == kPackedAmxBf16 ||
+             w.packed_format == kPackedF16x16);  // (packed below AVX2: `data`, the original)
+  if ((w.packed_format == kPackedAmxBf16 || w.packed_format == kPackedF16x16) && isa >= IsaLevel::kAvx2) {
+    const WeightMatrix* ws[1] = {&w};  // (BF16: AMX off)
     float* ys[1] = {y};
-    return bf16_packed(x, n_rows, ws, ys, 1, pool);
+    return packed16(x, n_rows, ws, ys, 1, pool);
   }
   const bool fp32w = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
                      w.dtype == DType::kF8E4M3;
@@ -179,10 +206,12 @@ int64_t work_of(int64_t n_rows, const MatmulOut* outs, int n) {
 void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, int n, ThreadPool& pool_in) {
   constexpr int kMaxJoint = 4;
   const IsaLevel isa = cpu_isa();
-  bool packed = n >= 2 && n <= kMaxJoint && n_rows > 0 && isa >= IsaLevel::kAvx2 && !amx_usable();
+  const int32_t form = n >= 1 ? outs[0].w->packed_format : kPackedNone;
+  bool packed = n >= 2 && n <= kMaxJoint && n_rows > 0 && isa >= IsaLevel::kAvx2 &&
+                ((form == kPackedAmxBf16 && !amx_usable()) || form == kPackedF16x16);
   for (int i = 0; i < n && packed; ++i) {
     const WeightMatrix& w = *outs[i].w;
-    packed = w.packed_format == kPackedAmxBf16 && w.n_in == outs[0].w->n_in && w.n_in > 0 && w.n_out > 0;
+    packed = w.packed_format == form && w.n_in == outs[0].w->n_in && w.n_in > 0 && w.n_out > 0;
   }
   ThreadPool& pool = pool_for(pool_in, work_of(n_rows, outs, n));
   if (packed) {
@@ -192,7 +221,7 @@ void matmul_same_input(const float* x, int64_t n_rows, const MatmulOut* outs, in
       ws[i] = outs[i].w;
       ys[i] = outs[i].y;
     }
-    return bf16_packed(x, n_rows, ws, ys, n, pool);
+    return packed16(x, n_rows, ws, ys, n, pool);
   }
   if (matmul_ggml_same_input(x, n_rows, outs, n, pool, int8_isa())) return;
   for (int i = 0; i < n; ++i) matmul(x, n_rows, *outs[i].w, outs[i].y, pool_in);
@@ -559,6 +588,9 @@ PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {
   if (w.packed_format == kPackedNone && w.dtype == DType::kQ6_K && cpu_isa() >= IsaLevel::kAvx2 &&
       ggml_activations() != GgmlActivations::kFp32)
     return ops::prepack_q6k16(w, pool);
+  if (w.packed_format == kPackedNone && w.dtype == DType::kF16 && cpu_isa() >= IsaLevel::kAvx2 && w.n_in > 0 &&
+      w.n_out > 0)
+    return ops::prepack_f16x16(w, pool);
   PackedWeight p;
   p.w = w;
   // BF16: the tile layout for AMX, and for AVX-512 or AVX2 without it (their lanes-are-outputs

@@ -64,9 +64,15 @@ struct WeightMatrix {
 //     reference and on other ISA levels, which give the same bits).
 //   kPackedQ32x16: Q8_0 / Q5_0 / Q4_0 (GGUF) the same way (16 outputs per vector; Q8_0 1.125,
 //     Q5_0 0.75, Q4_0 0.625 bytes per weight), dtype unchanged, `data` still the original.
+//   kPackedF16x16: F16 weights re-laid out by prepack_weight() on AVX-512 and AVX2 machines,
+//     k-major per 16-output tile: f16 [ceil(n_out/16)][ceil(n_in/32)][32 k][16 n], zero-padded
+//     (the kPackedAmxBf16 grid without the pairing); dtype = kF16, `data` still the original.
+//     Each output is one fp32 FMA chain over k in order (x in fp32): the same bits on both levels
+//     and for any M.
 enum PackedFormat : int32_t {
   kPackedNone = 0, kPackedQ8 = 1, kPackedAmxBf16 = 2, kPackedQ4K16 = 3, kPackedQ32x16 = 4,
-  kPackedQ6K16 = 5  // Q6_K likewise (0.83 bytes per weight)
+  kPackedQ6K16 = 5,  // Q6_K likewise (0.83 bytes per weight)
+  kPackedF16x16 = 6
 };
 constexpr int64_t kQ8Block = 64;
 constexpr int64_t kQ8TileN = 16;
@@ -188,7 +194,8 @@ struct PackedWeight {
 };
 
 // Load-time repack into the layout this machine's fastest kernel streams. Today: BF16 weights
-// when AMX is usable (core/cpu_features.h amx_usable()) → kPackedAmxBf16; Q4_K (GGUF) weights
+// when AMX is usable (core/cpu_features.h amx_usable()) or cpu_isa() is AVX-512 or AVX2 →
+// kPackedAmxBf16; F16 weights on AVX-512 and AVX2 → kPackedF16x16; Q4_K (GGUF) weights
 // when cpu_isa() is AVX-512 and ggml_activations() is kInt8 → kPackedQ4K16, Q6_K → kPackedQ6K16,
 // Q8_0 / Q5_0 / Q4_0 → kPackedQ32x16 (set the activation mode before loading); anything else is
 // returned as is (repacked() == false, no copy). Call once per weight, keep the result.

@@ -35,8 +35,9 @@ struct TestWeight {
   WeightMatrix w;
 };
 
-// kBF16Pack: BF16 through prepack_weight() (AMX tiles where usable, else unchanged).
-enum class Fmt { kF32, kBF16, kF16, kF8, kQ8, kBF16Pack };
+// kBF16Pack / kF16Pack: BF16 / F16 through prepack_weight() (the layout this machine's kernel
+// streams, where it has one; else unchanged).
+enum class Fmt { kF32, kBF16, kF16, kF8, kQ8, kBF16Pack, kF16Pack };
 const char* fmt_name(Fmt f) {
   switch (f) {
     case Fmt::kF32: return "F32";
@@ -45,6 +46,7 @@ const char* fmt_name(Fmt f) {
     case Fmt::kF8: return "F8";
     case Fmt::kQ8: return "Q8";
     case Fmt::kBF16Pack: return "BF16-prepacked";
+    case Fmt::kF16Pack: return "F16-prepacked";
   }
   return "?";
 }
@@ -88,10 +90,15 @@ void make_weight(TestWeight& t, Fmt fmt, int64_t N, int64_t K, uint32_t seed) {
       }
       break;
     case Fmt::kF16:
+    case Fmt::kF16Pack:
       t.u16.resize(v.size());
       for (size_t i = 0; i < v.size(); ++i) t.u16[i] = f32_to_f16(v[i]);
       t.w.dtype = DType::kF16;
       t.w.data = t.u16.data();
+      if (fmt == Fmt::kF16Pack) {
+        t.packed = prepack_weight(t.w);
+        t.w = t.packed.matrix();
+      }
       break;
     case Fmt::kF8: {
       static std::vector<uint8_t> table;  // value → code, computed once per value
@@ -135,7 +142,7 @@ TEST(Matmul, MatchesReferenceOverShapes) {
   for (const test::PathConfig& path : test::matmul_paths()) {
     test::PathScope scope(path);
     const IsaLevel isa = path.isa;
-    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
+    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack, Fmt::kF16Pack}) {
       double num = 0, den = 0;
       for (int64_t K : Ks) {
         for (int64_t N : Ns) {
@@ -170,7 +177,7 @@ TEST(Matmul, RowSweepUpTo70) {
   for (const test::PathConfig& path : test::matmul_paths()) {
     test::PathScope scope(path);
     const IsaLevel isa = path.isa;
-    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
+    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack, Fmt::kF16Pack}) {
       TestWeight t;
       make_weight(t, fmt, N, K, 5);
       const auto x = randn(70 * K, 99);
@@ -196,7 +203,7 @@ TEST(Matmul, BatchAndThreadInvariant) {
   const int64_t Ms[] = {2, 3, 4, 5, 6, 7, 16, 17, 64, 70};
   for (const test::PathConfig& path : test::matmul_paths()) {
     test::PathScope scope(path);
-    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack}) {
+    for (Fmt fmt : {Fmt::kF32, Fmt::kBF16, Fmt::kF16, Fmt::kF8, Fmt::kQ8, Fmt::kBF16Pack, Fmt::kF16Pack}) {
       for (auto& s : shapes) {
         const int64_t N = s[0], K = s[1];
         TestWeight t;
@@ -279,20 +286,21 @@ TEST(Matmul, PackedBf16FmaIsVdpbf16psOnIntel) {
   }
 }
 
-// The packed BF16 kernel on AVX2 (cpu/bf16_packed_avx2.cc) performs, per output, the operations
-// of AVX-512's FMA form: the same bytes on every row count the pass split distinguishes (G = 4,
+// The packed 16-bit kernels on AVX2 (cpu/packed_fma_avx2.cc) perform, per output, the operations
+// of AVX-512's FMA forms (BF16 pairs; F16 in k order): the same bytes on every row count the pass split distinguishes (G = 4,
 // 3, 2, then one tile in equal passes of ≤ 6 rows), ragged K and N, one and two threads. x holds
-// the rounding's edge cases: ties (1 + 2^-8: RNE keeps the even 1), values just past a tie, ±0,
+// the BF16 rounding's edge cases: ties (1 + 2^-8: RNE keeps the even 1), values just past a tie, ±0,
 // and a row of denormals only (the instruction reads them as ±0, so that row's outputs are 0;
-// unflushed they would sum to a nonzero denormal).
-TEST(Matmul, PackedBf16Avx2IsTheAvx512FmaForm) {
+// unflushed they would sum to a nonzero denormal; F16 multiplies them as they are).
+TEST(Matmul, Packed16BitAvx2IsTheAvx512FmaForm) {
   if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "no AVX-512 to compare with on this machine";
   ThreadPool p1(1), p2(2);
   int64_t compared = 0;
+  for (Fmt fmt : {Fmt::kBF16Pack, Fmt::kF16Pack})
   for (int64_t K : {32, 70, 333, 1024})
     for (int64_t N : {16, 67, 200}) {
       TestWeight t;
-      make_weight(t, Fmt::kBF16Pack, N, K, static_cast<uint32_t>(N * 5 + K));
+      make_weight(t, fmt, N, K, static_cast<uint32_t>(N * 5 + K));
       ASSERT_TRUE(t.packed.repacked());
       for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16, 17, 33}) {
         auto x = randn(M * K, static_cast<uint32_t>(3 * M + K + N));
@@ -313,37 +321,41 @@ TEST(Matmul, PackedBf16Avx2IsTheAvx512FmaForm) {
             ops::matmul(x.data(), M, t.w, y2.data(), *pool);
           }
           ASSERT_EQ(0, std::memcmp(y512.data(), y2.data(), y2.size() * 4))
-              << "M=" << M << " N=" << N << " K=" << K << " threads " << pool->n_threads();
-          for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y2[size_t((M - 1) * N + n)], 0.0f) << "denormal row";
+              << fmt_name(fmt) << " M=" << M << " N=" << N << " K=" << K << " threads " << pool->n_threads();
+          if (fmt == Fmt::kBF16Pack)
+            for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y2[size_t((M - 1) * N + n)], 0.0f) << "denormal row";
           compared += static_cast<int64_t>(y2.size());
         }
       }
     }
-  std::printf("packed BF16, AVX2 vs AVX-512 FMA form: %lld outputs, the same bytes\n",
+  std::printf("packed BF16 and F16, AVX2 vs AVX-512 FMA form: %lld outputs, the same bytes\n",
               static_cast<long long>(compared));
 }
 
 // ops::matmul_same_input (a layer's q, k, v or gate and up): each output bit-identical to its own
-// ops::matmul, on every path — packed BF16 weights of one input run as one pool job on AVX-512
-// without AMX (both product forms there), and a group that mixes formats or inputs falls back to
-// one matmul after another. Shapes with partial tiles and partial tile groups.
+// ops::matmul, on every path — packed BF16 (without AMX: both product forms) or packed F16
+// weights of one input run as one pool job on AVX-512 and AVX2, and a group that mixes formats or
+// inputs falls back to one matmul after another. Shapes with partial tiles and partial tile groups.
 TEST(Matmul, SameInputMatmulsEqualOneByOne) {
   ThreadPool pool(2);
   const Bf16Dot dot_before = bf16_dot();
   for (const test::PathConfig& path : test::matmul_paths()) {
     test::PathScope scope(path);
     constexpr int64_t K = 333;
-    TestWeight a, b, c, f;
+    TestWeight a, b, c, f, h1, h2;
     make_weight(a, Fmt::kBF16Pack, 200, K, 1);
     make_weight(b, Fmt::kBF16Pack, 67, K, 2);
     make_weight(c, Fmt::kBF16Pack, 1003, K, 3);
     make_weight(f, Fmt::kF32, 40, K, 4);
+    make_weight(h1, Fmt::kF16Pack, 200, K, 5);
+    make_weight(h2, Fmt::kF16Pack, 67, K, 6);
     for (Bf16Dot dot : {Bf16Dot::kDpbf16, Bf16Dot::kFma}) {
       set_bf16_dot(dot);
       for (int64_t M : {1, 3, 16, 17}) {
         const auto x = randn(M * K, static_cast<uint32_t>(M + 5));
         for (const std::vector<const TestWeight*>& group :
-             {std::vector<const TestWeight*>{&a, &b}, {&a, &b, &c}, {&c, &a, &b, &c}, {&a, &f}}) {
+             {std::vector<const TestWeight*>{&a, &b}, {&a, &b, &c}, {&c, &a, &b, &c}, {&a, &f}, {&h1, &h2},
+              {&h2, &h1, &h2}, {&a, &h1}}) {
           std::vector<std::vector<float>> want, got;
           std::vector<ops::MatmulOut> outs;
           for (const TestWeight* t : group) {
@@ -480,6 +492,8 @@ TEST(Matmul, PrepackUsesAmxWhereAvailable) {
     TestWeight t2;
     make_weight(t2, Fmt::kBF16Pack, 40, 70, 1);
     EXPECT_EQ(t2.packed.repacked(), isa >= IsaLevel::kAvx2) << isa_name(isa);
+    make_weight(t2, Fmt::kF16Pack, 40, 70, 1);
+    EXPECT_EQ(t2.packed.repacked(), isa >= IsaLevel::kAvx2) << isa_name(isa) << " F16";
   }
 }
 

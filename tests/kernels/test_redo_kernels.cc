@@ -82,15 +82,23 @@ TEST(RedoableKernels, SameBitsWhenWorkersAreRevokedInsideChunks) {
         }
       }
     }
-    // BF16 (prepacked where this machine has a faster layout) and the load-time q8 format.
+    // BF16 and F16 (prepacked where this machine has a faster layout) and the load-time q8 format.
     const test::Bf16Weight bw = test::bf16_weight(N, K, 22, 0.05f);
     const WeightMatrix& wb16 = bw.w;
     const PackedWeight pb = prepack_weight(wb16, &pool);
     const QuantizedQ8 q8 = quantize_q8(wb16, &pool);
+    std::vector<uint16_t> f16_bits(bw.bits.size());  // the same values as F16 (prepacked likewise)
+    for (size_t i = 0; i < f16_bits.size(); ++i) f16_bits[i] = f32_to_f16(bf16_to_f32(bw.bits[i]));
+    WeightMatrix wf16 = wb16;
+    wf16.dtype = DType::kF16;
+    wf16.data = f16_bits.data();
+    const PackedWeight pf = prepack_weight(wf16, &pool);
     for (int64_t M : {1, 16}) {
       const std::string tag = path.name + " M=" + std::to_string(M);
       expect_same_bits_when_revoked(tag + " bf16", size_t(M * N), 6,
                                     [&](ThreadPool& p, float* y) { ops::matmul(x.data(), M, pb.matrix(), y, p); }, pool);
+      expect_same_bits_when_revoked(tag + " f16", size_t(M * N), 6,
+                                    [&](ThreadPool& p, float* y) { ops::matmul(x.data(), M, pf.matrix(), y, p); }, pool);
       expect_same_bits_when_revoked(tag + " q8", size_t(M * N), 6,
                                     [&](ThreadPool& p, float* y) { ops::matmul(x.data(), M, q8.matrix(), y, p); }, pool);
     }

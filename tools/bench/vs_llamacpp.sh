@@ -4,7 +4,7 @@
 # cell: tg64, pp16, pp512 (tok/s) and our verify cost t(16)/t(1).
 #
 #   tools/bench/vs_llamacpp.sh --llama-cpp SRC [--build DIR] [--threads 2] [--rounds 3]
-#                              [--cases gemma,qwen3-bf16,qwen3-q8] [--jobs 1] [--ggml-cpu DIR]
+#                              [--cases gemma,qwen3-bf16,qwen3-q8,qwen3-f16] [--jobs 1] [--ggml-cpu DIR]
 #                              [--no-amx | --no-bf16 | --skylake | --avx2 | --avx-vnni]
 #
 # --ggml-cpu DIR: load llama.cpp's CPU backend from DIR (LD_LIBRARY_PATH). On the Sapphire Rapids
@@ -34,6 +34,7 @@
 #               (tools/bench/write_bench_gguf.py); ours on the GGUF and on the HF folder
 #               (--weights bf16)
 #   qwen3-q8    the same as a Q8_0 GGUF; ours on the GGUF and on the HF folder (--weights q8)
+#   qwen3-f16   the same as an F16 GGUF (not in the default set)
 # Output: a markdown table on stdout (one line per case × our variant) plus the raw JSON of
 # every run under $OUT (default /tmp/vs_llamacpp.<date>).
 set -euo pipefail
@@ -156,7 +157,7 @@ if [[ -z $PY ]]; then
 fi
 GEMMA=$CACHE/gemma-3-270m-q4_k_m.gguf
 Q3=$BENCH_MODELS/qwen3-0.6b
-need_qwen3_gguf() {  # $1 = bf16 | q8_0
+need_qwen3_gguf() {  # $1 = bf16 | q8_0 | f16
   local f=$BENCH_MODELS/gguf/qwen3-0.6b-$1.gguf
   if [[ ! -f $f ]]; then
     [[ -f $Q3/model.safetensors ]] || { echo "missing $Q3: run tools/ref/make_bench_models.py --only 0.6b" >&2; exit 2; }
@@ -202,6 +203,9 @@ for c in "${want[@]}"; do
     qwen3-q8)
       f=$(need_qwen3_gguf q8_0)
       run_case qwen3-q8 "$f" "gguf|$f|" "hf|$Q3|--weights q8" ;;
+    qwen3-f16)
+      f=$(need_qwen3_gguf f16)
+      run_case qwen3-f16 "$f" "gguf|$f|" ;;
     *) echo "unknown case $c" >&2; exit 2 ;;
   esac
 done

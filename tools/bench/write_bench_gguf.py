@@ -4,7 +4,7 @@ with gguf-py the way llama.cpp's converter lays out a `qwen3` file: `qwen3.*` me
 names blk.N.attn_q.weight ..., no vocabulary (tokenizer.ggml.model = "none": llama-bench and
 `dflash bench` feed token ids). For benchmarks only (the weights are random).
 
-    python3 tools/bench/write_bench_gguf.py HF_FOLDER OUT.gguf --type bf16|q8_0
+    python3 tools/bench/write_bench_gguf.py HF_FOLDER OUT.gguf --type bf16|f16|q8_0
 Needs: numpy, gguf (PyPI, or a llama.cpp copy's gguf-py on PYTHONPATH).
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("folder", type=Path)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--type", choices=["bf16", "q8_0"], required=True)
+    ap.add_argument("--type", choices=["bf16", "f16", "q8_0"], required=True)
     args = ap.parse_args()
     cfg = json.loads((args.folder / "config.json").read_text())
     assert cfg["architectures"][0] == "Qwen3ForCausalLM", cfg["architectures"]
@@ -85,7 +85,8 @@ def main() -> None:
     w.add_value_length(cfg["head_dim"])
     w.add_rope_freq_base(cfg.get("rope_theta", 1000000.0))
     w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if args.type == "bf16" else gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_file_type({"bf16": gguf.LlamaFileType.MOSTLY_BF16, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[args.type])
     w.add_vocab_size(cfg["vocab_size"])  # llama.cpp sizes token_embd from it when there is no vocab
     w.add_tokenizer_model("none")
     for name, arr, bf16 in read_safetensors(args.folder / "model.safetensors"):
@@ -95,6 +96,8 @@ def main() -> None:
         elif args.type == "bf16":
             w.add_tensor(g, np.ascontiguousarray(bf16).view(np.uint8).reshape(arr.shape[0], -1),
                          raw_dtype=gguf.GGMLQuantizationType.BF16)
+        elif args.type == "f16":
+            w.add_tensor(g, np.ascontiguousarray(arr, dtype=np.float16))
         else:
             q = quantize(np.ascontiguousarray(arr, dtype=np.float32), gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(g, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)

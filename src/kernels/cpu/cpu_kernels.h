@@ -148,6 +148,11 @@ void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float*
 // matmul_bf16_packed gives for ws[i]; x is converted once and all their tiles run as one pool job.
 void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
                              int n, ThreadPool& pool, uint16_t* xb, bool fma);
+// 1..4 F16 weights of one input (equal n_in) in the kPackedF16x16 layout (ops.h): each output
+// one fp32 FMA chain over k in order, x in fp32 (batch invariant), all their tiles one pool job.
+// xf: scratch for M * fma_x_stride(K) floats.
+void matmul_f16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys, int n,
+                            ThreadPool& pool, float* xf);
 // Rows x [M, K] fp32 × a kPackedAmxBf16 weight on listed outputs, the same bits as
 // matmul_bf16_packed (same fma) gives there, read from the row-major weights (w.data, [n_out,
 // n_in] bf16, which a packed weight keeps): for each row r < M (≤ kGgmlRowChunk), y[r][n] (y is
@@ -241,6 +246,9 @@ void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, Th
 // all their tiles one pool job. xf: scratch for M * fma_x_stride(K) floats.
 void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
                              int n, ThreadPool& pool, float* xf);
+// The same for F16 weights in the kPackedF16x16 layout (the bits of avx512::matmul_f16_packed_many).
+void matmul_f16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
+                            int n, ThreadPool& pool, float* xf);
 // The GGML int8 kernels and activation quantization on AVX2 (cpu/ggml_avx2.cc): the contracts
 // and bits of the avx512:: functions of the same names (matmul_ggml on the original blocks,
 // matmul_q32x16 / q4k16 / q6k16 on the packed layouts).

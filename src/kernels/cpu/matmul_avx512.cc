@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -112,6 +113,14 @@ void to_bf16_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t
       const __m256i b = cvtneps_bf16(_mm512_maskz_loadu_ps(mk, xr + k), hw);
       _mm512_storeu_ps(dst + k, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
     }
+  }
+}
+
+// x [M, K] → fp32 copies zero-padded to Kp, rows xs floats apart (the F16 form's activations).
+void copy_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t xs, float* xf) {
+  for (int64_t m = 0; m < M; ++m) {
+    std::memcpy(xf + m * xs, x + m * K, static_cast<size_t>(K) * sizeof(float));
+    std::memset(xf + m * xs + K, 0, static_cast<size_t>(Kp - K) * sizeof(float));
   }
 }
 
@@ -220,12 +229,34 @@ constexpr int64_t kFmaPrefetch = 2048;
 
 namespace {
 
-template <int MR, int G, class Tiles = StridedTiles, class Rows = SharedRows<float>>
+// The two forms a 64-byte row of a packed tile takes, as the two fp32 vectors of 16 outputs
+// that it feeds, in the order each output adds them, and which x element each multiplies:
+//   Bf16Pairs (kPackedAmxBf16): output n's pair (k even, k odd), widened exactly; the odd
+//     product first (vdpbf16ps's order); x: the fp32 copies of its bf16 roundings;
+//   F16Rows (kPackedF16x16): k even's 16 outputs then k odd's, widened exactly by vcvtph2ps;
+//     in k order; x: fp32 as given.
+struct Bf16Pairs {
+  static constexpr int kFirstX = 1, kSecondX = 0;
+  static void widen(const uint16_t* wp, __m512& first, __m512& second) {
+    const __m512i wv = _mm512_loadu_si512(wp);
+    first = _mm512_castsi512_ps(_mm512_and_si512(wv, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    second = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+  }
+};
+struct F16Rows {
+  static constexpr int kFirstX = 0, kSecondX = 1;
+  static void widen(const uint16_t* wp, __m512& first, __m512& second) {
+    first = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
+    second = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16)));
+  }
+};
+
+template <int MR, int G, class Form = Bf16Pairs, class Tiles = StridedTiles, class Rows = SharedRows<float>>
 void fma_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t N, float* y, int64_t ldy,
                Pull pull = {}) {
   static_assert(MR * G + 2 * G <= 28, "accumulators + widened weights + 2 broadcasts in 32 zmm");
   static_assert(!Rows::kPerTile || MR == 1, "a row per tile: one row block");
-  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  constexpr int X1 = Form::kFirstX, X2 = Form::kSecondX;
   __m512 acc[MR][G];
   for (int i = 0; i < MR; ++i)
     for (int g = 0; g < G; ++g) acc[i][g] = _mm512_setzero_ps();
@@ -233,13 +264,11 @@ void fma_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t N, floa
     const int64_t ko = kc * kPackTile;
 #pragma GCC unroll 16
     for (int kp = 0; kp < 16; ++kp) {
-      __m512 w_even[G], w_odd[G];
+      __m512 w1[G], w2[G];
       for (int g = 0; g < G; ++g) {
         const uint16_t* wp = tiles[g] + ko + kp * 32;
-        const __m512i wv = _mm512_loadu_si512(wp);
+        Form::widen(wp, w1[g], w2[g]);
         _mm_prefetch(reinterpret_cast<const char*>(wp + kFmaPrefetch), _MM_HINT_T0);
-        w_even[g] = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
-        w_odd[g] = _mm512_castsi512_ps(_mm512_and_si512(wv, hi_mask));
         if (pull.tiles >> g & 1)
           _mm_prefetch(reinterpret_cast<const char*>(pull.w + g * pull.ts + ko + kp * 32), _MM_HINT_T1);
       }
@@ -247,15 +276,15 @@ void fma_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t N, floa
         if constexpr (Rows::kPerTile) {
           for (int g = 0; g < G; ++g) {
             const float* xp = rows.row(i, g) + kc * 32 + 2 * kp;
-            acc[i][g] = _mm512_fmadd_ps(w_odd[g], _mm512_set1_ps(xp[1]), acc[i][g]);
-            acc[i][g] = _mm512_fmadd_ps(w_even[g], _mm512_set1_ps(xp[0]), acc[i][g]);
+            acc[i][g] = _mm512_fmadd_ps(w1[g], _mm512_set1_ps(xp[X1]), acc[i][g]);
+            acc[i][g] = _mm512_fmadd_ps(w2[g], _mm512_set1_ps(xp[X2]), acc[i][g]);
           }
         } else {
           const float* xp = rows.row(i, 0) + kc * 32 + 2 * kp;
-          const __m512 x_odd = _mm512_set1_ps(xp[1]), x_even = _mm512_set1_ps(xp[0]);
+          const __m512 x1 = _mm512_set1_ps(xp[X1]), x2 = _mm512_set1_ps(xp[X2]);
           for (int g = 0; g < G; ++g) {
-            acc[i][g] = _mm512_fmadd_ps(w_odd[g], x_odd, acc[i][g]);
-            acc[i][g] = _mm512_fmadd_ps(w_even[g], x_even, acc[i][g]);
+            acc[i][g] = _mm512_fmadd_ps(w1[g], x1, acc[i][g]);
+            acc[i][g] = _mm512_fmadd_ps(w2[g], x2, acc[i][g]);
           }
         }
       }
@@ -264,12 +293,12 @@ void fma_tiles(Rows rows, Tiles tiles, int64_t n_kc, int64_t n0, int64_t N, floa
   store_tiles<MR, G>(acc, n0, N, y, ldy);
 }
 
-template <int G>
+template <int G, class Form>
 void fma_rows(int64_t mr, const float* xf, int64_t xs, const uint16_t* wt, int64_t n_kc,
               int64_t n0, int64_t N, float* y, int64_t ldy, Pull pull) {
   switch (mr) {
 #define DFL_FMA_ROWS(r) \
-  case r: if constexpr (r * G + 2 * G <= 28) return fma_tiles<r, G>(SharedRows<float>{xf, xs}, StridedTiles{wt, n_kc * kPackTile}, n_kc, n0, N, y, ldy, pull); break;
+  case r: if constexpr (r * G + 2 * G <= 28) return fma_tiles<r, G, Form>(SharedRows<float>{xf, xs}, StridedTiles{wt, n_kc * kPackTile}, n_kc, n0, N, y, ldy, pull); break;
     DFL_FMA_ROWS(1) DFL_FMA_ROWS(2) DFL_FMA_ROWS(3) DFL_FMA_ROWS(4)
     DFL_FMA_ROWS(5) DFL_FMA_ROWS(6) DFL_FMA_ROWS(7) DFL_FMA_ROWS(8)
     DFL_FMA_ROWS(9) DFL_FMA_ROWS(10) DFL_FMA_ROWS(11) DFL_FMA_ROWS(12)
@@ -279,8 +308,9 @@ void fma_rows(int64_t mr, const float* xf, int64_t xs, const uint16_t* wt, int64
   }
 }
 
-void matmul_bf16_packed_fma(const float* x, int64_t M, const PackedPart* parts, int n_parts, int64_t K,
-                            ThreadPool& pool, float* xf) {
+template <class Form>
+void matmul_packed_fma(const float* x, int64_t M, const PackedPart* parts, int n_parts, int64_t K,
+                       ThreadPool& pool, float* xf) {
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   const int64_t xs = fma_x_stride(K);
   // Tiles per group by M (MR·G + 2G ≤ 28): more weight streams for few rows; beyond 8 rows one
@@ -291,15 +321,21 @@ void matmul_bf16_packed_fma(const float* x, int64_t M, const PackedPart* parts, 
   const int G = M <= 1 ? 8 : M <= 2 ? 6 : M <= 4 ? 4 : M <= 8 ? 2 : 1;
   const int64_t MR = G == 8 ? 1 : G == 6 ? 2 : G == 4 ? 4 : G == 2 ? 8 : 16;
   walk_packed_tiles(M, parts, n_parts, n_kc, G, MR, xf, xs,
-                    [&](float* dst) { to_bf16_fp32_rows(x, M, K, Kp, xs, dst); }, pool,
+                    [&](float* dst) {
+                      if constexpr (std::is_same_v<Form, Bf16Pairs>)
+                        to_bf16_fp32_rows(x, M, K, Kp, xs, dst);
+                      else
+                        copy_fp32_rows(x, M, K, Kp, xs, dst);
+                    },
+                    pool,
                     [&](int g, int64_t mr, const float* xr, const uint16_t* wt, int64_t n0, int64_t N, float* yr,
                         Pull pull) {
                       switch (g) {
-                        case 8: return fma_rows<8>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
-                        case 6: return fma_rows<6>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
-                        case 4: return fma_rows<4>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
-                        case 2: return fma_rows<2>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
-                        default: return fma_rows<1>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
+                        case 8: return fma_rows<8, Form>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
+                        case 6: return fma_rows<6, Form>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
+                        case 4: return fma_rows<4, Form>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
+                        case 2: return fma_rows<2, Form>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
+                        default: return fma_rows<1, Form>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
                       }
                     });
 }
@@ -473,7 +509,7 @@ void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* cons
     DFL_CHECK(ws[i]->n_in == K, "matmul_bf16_packed_many: the weights' inputs differ");
     parts[i] = PackedPart{static_cast<const uint16_t*>(ws[i]->packed), ws[i]->n_out, ys[i]};
   }
-  if (fma) return matmul_bf16_packed_fma(x, M, parts, n, K, pool, reinterpret_cast<float*>(xb));
+  if (fma) return matmul_packed_fma<Bf16Pairs>(x, M, parts, n, K, pool, reinterpret_cast<float*>(xb));
   const int64_t Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   // Tiles per micro-kernel by M (MR·G ≤ 24; rows in blocks of ≤ 6): more weight streams for few
   // rows. The grouping only decides who computes what, never the arithmetic.
@@ -490,6 +526,15 @@ void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* cons
                         default: return packed_bf16_rows<1>(mr, xr, Kp, wt, n_kc, n0, N, yr, N, pull);
                       }
                     });
+}
+
+void matmul_f16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys, int n,
+                            ThreadPool& pool, float* xf) {
+  constexpr int kMaxParts = 4;
+  if (n < 1 || n > kMaxParts) return;  // (the caller's contract: ops.cc)
+  PackedPart parts[kMaxParts];
+  for (int i = 0; i < n; ++i) parts[i] = PackedPart{static_cast<const uint16_t*>(ws[i]->packed), ws[i]->n_out, ys[i]};
+  matmul_packed_fma<F16Rows>(x, M, parts, n, ws[0]->n_in, pool, xf);
 }
 
 void matmul_bf16_packed(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool,

@@ -1,0 +1,221 @@
+// The packed 16-output tiles (cpu/packed_bf16_grid.h) on AVX2 + FMA, in 8-output halves: the
+// fp32-FMA kernel of cpu/matmul_avx512.cc for both forms, per output the same operations in the
+// same order, so the same bits as AVX-512 whatever M, the grouping or the thread count:
+//  * BF16 (kPackedAmxBf16): x rounded to bf16 as the instruction rounds it (RNE, NaN quieted, a
+//    denormal input to ±0), then per k pair in order the odd product and then the even one,
+//    each a fused multiply-add of exact bf16 values in fp32 (w & 0xffff0000, w << 16): also the
+//    bits of vdpbf16ps on Intel;
+//  * F16 (kPackedF16x16): per k in order one fused multiply-add of the f16 weight (vcvtph2ps,
+//    exact) with x in fp32.
+// Why: the row-dot kernel (cpu/matmul_avx2.cc) reduces 8 k-lanes per output and re-reads its x
+// rows for every 4 outputs; here the lanes are outputs, x is broadcast, and a widened weight
+// vector serves every row of a pass (docs/BENCHMARKS.md).
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/packed_bf16_grid.h"
+
+namespace dfl::cpu::avx2 {
+
+namespace {
+
+// 8 floats → fp32 copies of their bf16 roundings: the bits of avx512 bf16_round_lanes(daz = true)
+// (cpu/simd_avx512.h), i.e. of vcvtneps2bf16.
+inline __m256 round_to_bf16(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i hi = _mm256_srli_epi32(u, 16);
+  __m256i r = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(hi, _mm256_set1_epi32(1))), 16);
+  // |u| > +inf as int32 (|u| ≤ 0x7fffffff, so the signed compare is the unsigned one): NaN, quieted.
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+  const __m256i denormal = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)),
+                                              _mm256_setzero_si256());
+  r = _mm256_blendv_epi8(r, _mm256_and_si256(hi, _mm256_set1_epi32(0x8000)), denormal);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(r, 16));
+}
+
+// x [M, K] → fp32 copies of its bf16 roundings, zero-padded to Kp, rows xs floats apart.
+void to_bf16_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t xs, float* xf) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * K;
+    float* dst = xf + m * xs;
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) _mm256_storeu_ps(dst + k, round_to_bf16(_mm256_loadu_ps(xr + k)));
+    if (k < K) {
+      alignas(32) float tail[8] = {};
+      std::memcpy(tail, xr + k, static_cast<size_t>(K - k) * sizeof(float));
+      _mm256_storeu_ps(dst + k, round_to_bf16(_mm256_load_ps(tail)));
+      k += 8;
+    }
+    for (; k < Kp; k += 8) _mm256_storeu_ps(dst + k, _mm256_setzero_ps());
+  }
+}
+
+// Weight prefetch distance in 16-bit elements (4 KiB: 4 k-chunks ahead in each tile's stream), as
+// the AVX-512 form's.
+constexpr int64_t kFmaPrefetch = 2048;
+
+// The two forms of a 64-byte tile row, per 8-output half h: the two fp32 vectors it feeds, in
+// the order each output adds them, and which x element (of the step's two) each multiplies.
+struct Bf16Pairs {  // output n's (k even, k odd) pair; the odd product first
+  static constexpr int kFirstX = 1, kSecondX = 0;
+  static __m256 first(const uint16_t* wp, int h) {
+    return _mm256_castsi256_ps(_mm256_and_si256(raw(wp, h), _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  static __m256 second(const uint16_t* wp, int h) { return _mm256_castsi256_ps(_mm256_slli_epi32(raw(wp, h), 16)); }
+  static __m256i raw(const uint16_t* wp, int h) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16 * h));
+  }
+};
+struct F16Rows {  // k even's 16 outputs, then k odd's
+  static constexpr int kFirstX = 0, kSecondX = 1;
+  static __m256 first(const uint16_t* wp, int h) { return half(wp + 8 * h); }
+  static __m256 second(const uint16_t* wp, int h) { return half(wp + 16 + 8 * h); }
+  static __m256 half(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+};
+
+// MR rows × G tiles (2G halves of 8 outputs): acc[i][h] is row i's outputs n0 + 8h .. + 7.
+// Registers (16 ymm): MR·2G accumulators, plus for G = 1 the two halves' widened weights and one
+// broadcast (rows outer), else the MR broadcasts of one x element and one weight vector (halves
+// outer).
+template <int MR, int G, class Form>
+void fma_tiles(const float* xf, int64_t xs, const uint16_t* w, int64_t ts, int64_t n_kc, int64_t n0,
+               int64_t N, float* y, int64_t ldy, Pull pull) {
+  constexpr int H = 2 * G, X1 = Form::kFirstX, X2 = Form::kSecondX;
+  static_assert(G == 1 ? 2 * MR + 3 <= 16 : MR * H + MR + 1 <= 16, "ymm registers");
+  __m256 acc[MR][H];
+  for (int i = 0; i < MR; ++i)
+    for (int h = 0; h < H; ++h) acc[i][h] = _mm256_setzero_ps();
+  for (int64_t kc = 0; kc < n_kc; ++kc) {
+    const int64_t ko = kc * kPackTile;
+#pragma GCC unroll 16
+    for (int kp = 0; kp < 16; ++kp) {
+      const uint16_t* wp = w + ko + kp * 32;  // tile g's row at wp + g·ts
+      for (int g = 0; g < G; ++g) {
+        _mm_prefetch(reinterpret_cast<const char*>(wp + g * ts + kFmaPrefetch), _MM_HINT_T0);
+        if (pull.tiles >> g & 1)
+          _mm_prefetch(reinterpret_cast<const char*>(pull.w + g * pull.ts + ko + kp * 32), _MM_HINT_T1);
+      }
+      auto row = [&](int h) { return wp + (h / 2) * ts; };  // half h is half h % 2 of that row
+      const float* xp = xf + kc * 32 + 2 * kp;
+      if constexpr (G == 1) {
+        const __m256 a0 = Form::first(wp, 0), a1 = Form::first(wp, 1);
+        for (int i = 0; i < MR; ++i) {
+          const __m256 xv = _mm256_broadcast_ss(xp + i * xs + X1);
+          acc[i][0] = _mm256_fmadd_ps(a0, xv, acc[i][0]);
+          acc[i][1] = _mm256_fmadd_ps(a1, xv, acc[i][1]);
+        }
+        const __m256 b0 = Form::second(wp, 0), b1 = Form::second(wp, 1);
+        for (int i = 0; i < MR; ++i) {
+          const __m256 xv = _mm256_broadcast_ss(xp + i * xs + X2);
+          acc[i][0] = _mm256_fmadd_ps(b0, xv, acc[i][0]);
+          acc[i][1] = _mm256_fmadd_ps(b1, xv, acc[i][1]);
+        }
+      } else {
+        __m256 xv[MR];
+        for (int i = 0; i < MR; ++i) xv[i] = _mm256_broadcast_ss(xp + i * xs + X1);
+        for (int h = 0; h < H; ++h) {
+          const __m256 a = Form::first(row(h), h % 2);
+          for (int i = 0; i < MR; ++i) acc[i][h] = _mm256_fmadd_ps(a, xv[i], acc[i][h]);
+        }
+        for (int i = 0; i < MR; ++i) xv[i] = _mm256_broadcast_ss(xp + i * xs + X2);
+        for (int h = 0; h < H; ++h) {
+          const __m256 b = Form::second(row(h), h % 2);
+          for (int i = 0; i < MR; ++i) acc[i][h] = _mm256_fmadd_ps(b, xv[i], acc[i][h]);
+        }
+      }
+    }
+  }
+  for (int h = 0; h < H; ++h) {  // the outputs past N left out
+    const int64_t nb = n0 + 8 * h, nv = min64(8, N - nb);
+    if (nv <= 0) break;
+    for (int i = 0; i < MR; ++i) {
+      if (nv == 8) {
+        _mm256_storeu_ps(y + i * ldy + nb, acc[i][h]);
+      } else {
+        alignas(32) float part[8];
+        _mm256_store_ps(part, acc[i][h]);
+        std::memcpy(y + i * ldy + nb, part, static_cast<size_t>(nv) * sizeof(float));
+      }
+    }
+  }
+}
+
+// The micro-kernel for mr rows (1..kMaxRows, within G's register budget) of G tiles.
+constexpr int kMaxRows = 6;
+template <int G>
+constexpr bool fits(int mr) { return G == 1 ? mr <= kMaxRows : mr * 2 * G + mr + 1 <= 16; }
+
+template <int G, class Form>
+void fma_rows(int64_t mr, const float* xf, int64_t xs, const uint16_t* wt, int64_t n_kc, int64_t n0,
+              int64_t N, float* y, int64_t ldy, Pull pull) {
+  switch (mr) {
+#define DFL_AVX2_FMA_ROWS(r) \
+  case r: if constexpr (fits<G>(r)) return fma_tiles<r, G, Form>(xf, xs, wt, n_kc * kPackTile, n_kc, n0, N, y, ldy, pull); break;
+    DFL_AVX2_FMA_ROWS(1) DFL_AVX2_FMA_ROWS(2) DFL_AVX2_FMA_ROWS(3)
+    DFL_AVX2_FMA_ROWS(4) DFL_AVX2_FMA_ROWS(5) DFL_AVX2_FMA_ROWS(6)
+#undef DFL_AVX2_FMA_ROWS
+    default: break;
+  }
+}
+
+// x [M, K] → fp32 copies zero-padded to Kp, rows xs floats apart (the F16 form's activations).
+void copy_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t xs, float* xf) {
+  for (int64_t m = 0; m < M; ++m) {
+    std::memcpy(xf + m * xs, x + m * K, static_cast<size_t>(K) * sizeof(float));
+    std::memset(xf + m * xs + K, 0, static_cast<size_t>(Kp - K) * sizeof(float));
+  }
+}
+
+template <class Form>
+void matmul_packed_fma(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys, int n,
+                       ThreadPool& pool, float* xf) {
+  constexpr int kMaxParts = 4;
+  if (n < 1 || n > kMaxParts) return;  // (the caller's contract: ops.cc)
+  const int64_t K = ws[0]->n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32, xs = fma_x_stride(K);
+  PackedPart parts[kMaxParts];
+  for (int i = 0; i < n; ++i) parts[i] = PackedPart{static_cast<const uint16_t*>(ws[i]->packed), ws[i]->n_out, ys[i]};
+  // Tiles per micro-kernel by M: up to 8 accumulator chains for few rows (an FMA's latency is 4
+  // cycles, two issue per cycle); from 4 rows one tile, in passes of at most kMaxRows rows of
+  // equal size (7 rows: 4 + 3, not 6 + 1 — a 1-row pass of one tile is latency-bound).
+  const int G = M <= 1 ? 4 : M <= 2 ? 3 : M <= 3 ? 2 : 1;
+  const int64_t passes = (M + kMaxRows - 1) / kMaxRows;
+  const int64_t MR = G > 1 ? M : (M + passes - 1) / passes;
+  walk_packed_tiles(M, parts, n, n_kc, G, MR, xf, xs,
+                    [&](float* dst) {
+                      if constexpr (std::is_same_v<Form, Bf16Pairs>)
+                        to_bf16_fp32_rows(x, M, K, Kp, xs, dst);
+                      else
+                        copy_fp32_rows(x, M, K, Kp, xs, dst);
+                    },
+                    pool,
+                    [&](int g, int64_t mr, const float* xr, const uint16_t* wt, int64_t n0, int64_t N, float* yr,
+                        Pull pull) {
+                      switch (g) {
+                        case 4: return fma_rows<4, Form>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
+                        case 3: return fma_rows<3, Form>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
+                        case 2: return fma_rows<2, Form>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
+                        default: return fma_rows<1, Form>(mr, xr, xs, wt, n_kc, n0, N, yr, N, pull);
+                      }
+                    });
+}
+
+}  // namespace
+
+void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
+                             int n, ThreadPool& pool, float* xf) {
+  matmul_packed_fma<Bf16Pairs>(x, M, ws, ys, n, pool, xf);
+}
+
+void matmul_f16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
+                            int n, ThreadPool& pool, float* xf) {
+  matmul_packed_fma<F16Rows>(x, M, ws, ys, n, pool, xf);
+}
+
+}  // namespace dfl::cpu::avx2
