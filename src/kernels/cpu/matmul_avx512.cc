@@ -18,7 +18,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/packed_bf16_grid.h"
+#include "kernels/cpu/packed_tile_grid.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace dfl::cpu::avx512 {
@@ -125,7 +125,7 @@ void copy_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t xs
 }
 
 // ---------------------------------------------------------------------------------------------
-// BF16 weights in the kPackedAmxBf16 layout (AVX-512 without AMX; the grid: cpu/packed_bf16_grid.h):
+// BF16 weights in the kPackedAmxBf16 layout (AVX-512 without AMX; the grid: cpu/packed_tile_grid.h):
 // one 64-byte row is a vdpbf16ps operand whose lane n holds output n's pair. MR rows × G tiles
 // per micro-kernel (MR·G ≤ 24 accumulators; G tiles are G weight streams, enough independent
 // chains at M = 1).

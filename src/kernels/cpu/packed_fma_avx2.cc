@@ -1,4 +1,4 @@
-// The packed 16-output tiles (cpu/packed_bf16_grid.h) on AVX2 + FMA, in 8-output halves: the
+// The packed 16-output tiles (cpu/packed_tile_grid.h) on AVX2 + FMA, in 8-output halves: the
 // fp32-FMA kernel of cpu/matmul_avx512.cc for both forms, per output the same operations in the
 // same order, so the same bits as AVX-512 whatever M, the grouping or the thread count:
 //  * BF16 (kPackedAmxBf16): x rounded to bf16 as the instruction rounds it (RNE, NaN quieted, a
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/packed_bf16_grid.h"
+#include "kernels/cpu/packed_tile_grid.h"
 
 namespace dfl::cpu::avx2 {
 

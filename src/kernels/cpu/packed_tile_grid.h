@@ -1,8 +1,9 @@
-// The kPackedAmxBf16 layout's grid, shared by the kernels that stream it without AMX
-// (cpu/matmul_avx512.cc: vdpbf16ps and its fp32-FMA form; cpu/bf16_packed_avx2.cc: the FMA
-// form on AVX2): per 16-output tile and 32-k chunk, [16 k-pairs][16 n][2] bf16 — lane n of a
-// 64-byte row holds output n's pair, so lanes are outputs and each (row, output) accumulator
-// walks the k pairs in order whatever M, the grouping or the thread count (batch invariant).
+// The grid of the packed 16-output tiles (16 outputs × 32 k per tile chunk, 512 16-bit
+// elements), shared by the kernels that stream them without AMX: BF16 in the kPackedAmxBf16
+// layout ([16 k-pairs][16 n][2]; cpu/matmul_avx512.cc: vdpbf16ps and its fp32-FMA form) and F16
+// in kPackedF16x16 ([32 k][16 n]; the FMA form), on AVX-512 and AVX2 (cpu/packed_fma_avx2.cc).
+// Lanes are outputs, and each (row, output) accumulator walks k in order whatever M, the
+// grouping or the thread count (batch invariant).
 // Only who computes what is decided here, never the arithmetic.
 // Include from ISA kernel files only, after <immintrin.h>, <vector> and cpu_kernels.h:
 // everything here is in an anonymous namespace, so each kernel file has its own copy compiled
