@@ -4,7 +4,8 @@
 // they define lives in an anonymous namespace except the entry points below, and they use no
 // inline functions or templates shared with baseline code (no std::vector, std::min, dtype.h
 // helpers...). Otherwise the linker may keep an AVX-512 copy of a shared inline function and
-// the binary would crash on an AVX2 machine. Scratch memory comes from the caller.
+// the binary would crash on an AVX2 machine (tests/kernels/test_isa_isolation.cc checks the
+// shipped binary for such a function). Scratch memory comes from the caller.
 #pragma once
 
 #include <cstdint>

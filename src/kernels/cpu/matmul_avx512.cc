@@ -502,11 +502,11 @@ void matmul_bf16(const float* x, int64_t M, const WeightMatrix& w, float* y, Thr
 void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
                              int n, ThreadPool& pool, uint16_t* xb, bool fma) {
   constexpr int kMaxParts = 4;
-  DFL_CHECK(n >= 1 && n <= kMaxParts, "matmul_bf16_packed_many: 1..", kMaxParts, " weights, got ", n);
+  DFL_ASSERT(n >= 1 && n <= kMaxParts);  // (not DFL_CHECK: its message template would be a shared instantiation)
   const int64_t K = ws[0]->n_in;
   PackedPart parts[kMaxParts];
   for (int i = 0; i < n; ++i) {
-    DFL_CHECK(ws[i]->n_in == K, "matmul_bf16_packed_many: the weights' inputs differ");
+    DFL_ASSERT(ws[i]->n_in == K);
     parts[i] = PackedPart{static_cast<const uint16_t*>(ws[i]->packed), ws[i]->n_out, ys[i]};
   }
   if (fma) return matmul_packed_fma<Bf16Pairs>(x, M, parts, n, K, pool, reinterpret_cast<float*>(xb));
@@ -531,9 +531,12 @@ void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* cons
 void matmul_f16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys, int n,
                             ThreadPool& pool, float* xf) {
   constexpr int kMaxParts = 4;
-  if (n < 1 || n > kMaxParts) return;  // (the caller's contract: ops.cc)
+  DFL_ASSERT(n >= 1 && n <= kMaxParts);
   PackedPart parts[kMaxParts];
-  for (int i = 0; i < n; ++i) parts[i] = PackedPart{static_cast<const uint16_t*>(ws[i]->packed), ws[i]->n_out, ys[i]};
+  for (int i = 0; i < n; ++i) {
+    DFL_ASSERT(ws[i]->n_in == ws[0]->n_in);
+    parts[i] = PackedPart{static_cast<const uint16_t*>(ws[i]->packed), ws[i]->n_out, ys[i]};
+  }
   matmul_packed_fma<F16Rows>(x, M, parts, n, ws[0]->n_in, pool, xf);
 }
 

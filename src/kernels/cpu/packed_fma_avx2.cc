@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/packed_tile_grid.h"
 
@@ -177,10 +178,13 @@ template <class Form>
 void matmul_packed_fma(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys, int n,
                        ThreadPool& pool, float* xf) {
   constexpr int kMaxParts = 4;
-  if (n < 1 || n > kMaxParts) return;  // (the caller's contract: ops.cc)
+  DFL_ASSERT(n >= 1 && n <= kMaxParts);
   const int64_t K = ws[0]->n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32, xs = fma_x_stride(K);
   PackedPart parts[kMaxParts];
-  for (int i = 0; i < n; ++i) parts[i] = PackedPart{static_cast<const uint16_t*>(ws[i]->packed), ws[i]->n_out, ys[i]};
+  for (int i = 0; i < n; ++i) {
+    DFL_ASSERT(ws[i]->n_in == K);
+    parts[i] = PackedPart{static_cast<const uint16_t*>(ws[i]->packed), ws[i]->n_out, ys[i]};
+  }
   // Tiles per micro-kernel by M: up to 8 accumulator chains for few rows (an FMA's latency is 4
   // cycles, two issue per cycle); from 4 rows one tile, in passes of at most kMaxRows rows of
   // equal size (7 rows: 4 + 3, not 6 + 1 — a 1-row pass of one tile is latency-bound).
