@@ -53,11 +53,15 @@
 // A / min_n ||w_n|| in R. So the same screen runs with bound_n = ||w_n||·(1 + 2⁻¹⁶), R = ||r|| +
 // γ_b·||x̃|| + A / min ||w_n||, P_n = (||e_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) and X1 = ||x̂1||; the
 // candidates are finished by the packed kernel itself (its bits) on tiles gathered from their
-// own weight rows, 16 candidates of a row to a tile (bf16_rows_finish: a candidate costs its
+// own weight rows, 16 candidates of a row to a tile (packed16_rows_finish: a candidate costs its
 // row, 2K bytes, not its neighbours'). A row's candidates are capped at candidate_cap (V/16 +
 // 64: a finish then costs at most about an eighth of the logits); a row past it is computed in
 // full and counts as a miss, so flat heads step aside to the logits. A weight with a bf16
 // denormal, inf or NaN gets no screen.
+//
+// F16 heads (kPackedF16x16 on AVX-512: one fp32 FMA per k on x itself) take the same screen with
+// x̃ = x (no rounding; K roundings, inside γ_b's 2K + 4) and every finite f16 weight (an f16
+// subnormal is a normal fp32, so nothing is flushed); an inf or NaN weight gets no screen.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -295,9 +299,22 @@ void build_plane(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPoo
   s.plane = std::move(plane);
 }
 
-// The plane of a BF16 weight [V, K] (K % 32 == 0) and its P_n (top comment, "BF16 heads"); false
-// (nothing built) when a weight is a denormal, inf or NaN.
-bool build_plane_bf16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) {
+// Element k of a row of a BF16 or F16 weight as fp32 (exact).
+inline float w16_at(const uint16_t* row, int64_t k, bool f16) {
+  return f16 ? f16_to_f32(row[k]) : bf16_to_f32(row[k]);
+}
+// An element the 16-bit screen cannot bound: inf or NaN (F16 and BF16), a denormal (BF16: the
+// vdpbf16ps form flushes it).
+inline bool w16_unscreenable(uint16_t v, bool f16) {
+  if (f16) return (v & 0x7c00) == 0x7c00;
+  const uint16_t e = v & 0x7f80;
+  return e == 0x7f80 || (e == 0 && (v & 0x7f));
+}
+
+// The plane of a BF16 or F16 weight [V, K] (K % 32 == 0) and its P_n (top comment, "BF16
+// heads"); false (nothing built) when a weight is one the screen cannot bound.
+bool build_plane16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) {
+  const bool f16 = w.dtype == DType::kF16;
   const int64_t K = w.n_in, nb = K / 32, V = w.n_out, tiles = (V + 15) / 16;
   auto plane = std::make_shared<HugeArray<uint8_t>>(size_t(tiles * nb * cpu::kQ8PlaneBlockBytes));
   s.plane_bound.assign(size_t(V), 0.0f);
@@ -316,16 +333,15 @@ bool build_plane_bf16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) 
           const uint16_t* wr = wb + n * K + b * 32;
           double amax = 0;
           for (int k = 0; k < 32; ++k) {
-            const uint16_t e = wr[k] & 0x7f80;
-            if (e == 0x7f80 || (e == 0 && (wr[k] & 0x7f))) ok = false;
-            amax = std::max(amax, std::fabs(double(bf16_to_f32(wr[k]))));
+            if (w16_unscreenable(wr[k], f16)) ok = false;
+            amax = std::max(amax, std::fabs(double(w16_at(wr, k, f16))));
           }
           uint16_t d16 = f32_to_f16(float(amax / 127));
           if (double(f16_to_f32(d16)) * 127 < amax) ++d16;  // round up: |w / d| ≤ 127
           const double d = double(f16_to_f32(d16)), inv = d > 0 ? 1.0 / d : 0.0;
           uint8_t u[32];
           for (int k = 0; k < 32; ++k) {  // (any rounding of w / d will do: e is measured)
-            const double wk = double(bf16_to_f32(wr[k]));
+            const double wk = double(w16_at(wr, k, f16));
             const int q = std::clamp(int(std::lrint(wk * inv)), -127, 127);
             const int h = q >> 2;
             const double wh = d * (4 * h + 1.5);
@@ -371,14 +387,17 @@ void plane_matmul(const cpu::GgmlAct& a, int64_t M, const ArgmaxScreen& s, int64
   });
 }
 
-// A BF16 weight in the tile layout, screened where its matmul takes the AVX-512 packed kernel.
-bool bf16_screenable(const WeightMatrix& w) {
-  return w.dtype == DType::kBF16 && w.packed_format == kPackedAmxBf16 && w.data &&
-         w.n_in % 32 == 0 && cpu_isa() == IsaLevel::kAvx512 && int8_isa() == IsaLevel::kAvx512 &&
-         !amx_usable();
+// A BF16 or F16 weight in its packed layout, screened where its matmul takes the AVX-512 packed
+// kernel (BF16: without AMX).
+bool head16_screenable(const WeightMatrix& w) {
+  const bool layout = (w.dtype == DType::kBF16 && w.packed_format == kPackedAmxBf16 && !amx_usable()) ||
+                      (w.dtype == DType::kF16 && w.packed_format == kPackedF16x16);
+  return layout && w.data && w.n_in % 32 == 0 && cpu_isa() == IsaLevel::kAvx512 &&
+         int8_isa() == IsaLevel::kAvx512;
 }
 
-ArgmaxScreen bf16_argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
+ArgmaxScreen head16_argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
+  const bool f16 = w.dtype == DType::kF16;
   ArgmaxScreen s;
   const int64_t K = w.n_in;
   s.bound.resize(static_cast<size_t>(w.n_out));
@@ -389,7 +408,7 @@ ArgmaxScreen bf16_argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
     for (int64_t n = n0; n < n1; ++n) {
       const uint16_t* wr = static_cast<const uint16_t*>(w.data) + n * K;
       double ss = 0;
-      for (int64_t k = 0; k < K; ++k) ss += double(bf16_to_f32(wr[k])) * bf16_to_f32(wr[k]);
+      for (int64_t k = 0; k < K; ++k) ss += double(w16_at(wr, k, f16)) * w16_at(wr, k, f16);
       norms[size_t(n)] = std::sqrt(ss);
       s.bound[size_t(n)] = round_up(norms[size_t(n)] * (1.0 + 0x1p-16));
     }
@@ -402,7 +421,7 @@ ArgmaxScreen bf16_argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
   for (double v : norms)
     if (v > 0) min_norm = std::min(min_norm, v);
   s.abs_slack = std::isfinite(min_norm) ? round_up(double(K) * 0x1p-125 / min_norm) : 0.0f;
-  if (!build_plane_bf16(w, s, pool)) return ArgmaxScreen{};
+  if (!build_plane16(w, s, pool)) return ArgmaxScreen{};
   return s;
 }
 
@@ -410,7 +429,7 @@ ArgmaxScreen bf16_argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
 
 ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
   ArgmaxScreen s;
-  if (w.n_out > 0 && bf16_screenable(w)) return bf16_argmax_screen(w, pool);
+  if (w.n_out > 0 && head16_screenable(w)) return head16_argmax_screen(w, pool);
   if (!screenable(w.dtype) || !w.data || w.packed_format == kPackedQ8 || w.n_out <= 0) return s;
   const int64_t K = w.n_in, nb = K / act_block(w.dtype), rb = dtype_row_bytes(w.dtype, K);
   const double gamma = double((nb + 7) / 8 + 8) * 0x1p-23;
@@ -436,11 +455,11 @@ ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
 
 namespace {
 
-// The candidates of one row of a BF16 head from its plane row ŷ1, in increasing order into idx
-// (their count), or -1 (compute the row in full). xt: the row's bf16 rounding; a1: x̃'s int8
-// part (row r); hi: scratch. idx / hi: candidate_cap(V) entries.
-int64_t bf16_candidates(const float* y1, const float* xt, const cpu::GgmlAct& a1, int64_t r,
-                        const WeightMatrix& w, const ArgmaxScreen& s, int32_t* idx, float* hi) {
+// The candidates of one row of a BF16 / F16 head from its plane row ŷ1, in increasing order into
+// idx (their count), or -1 (compute the row in full). xt: x̃ (BF16: the row's bf16 rounding, F16:
+// the row itself); a1: x̃'s int8 part (row r); hi: scratch. idx / hi: candidate_cap(V) entries.
+int64_t head16_candidates(const float* y1, const float* xt, const cpu::GgmlAct& a1, int64_t r,
+                          const WeightMatrix& w, const ArgmaxScreen& s, int32_t* idx, float* hi) {
   const int64_t K = w.n_in, V = w.n_out;
   // ||x̃ − x̂1|| and ||x̃|| in double (x̂1 = d1·q1: exact products).
   const int8_t* q = a1.q + r * (K + 256);
@@ -459,9 +478,9 @@ int64_t bf16_candidates(const float* y1, const float* xt, const cpu::GgmlAct& a1
                                  s.plane_bound.data(), residual_norm(a1, r, 32));
 }
 
-// matmul_argmax on a screened BF16 head (top comment, "BF16 heads").
-void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
-                          const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
+// matmul_argmax on a screened BF16 or F16 head (top comment, "BF16 heads", "F16 heads").
+void head16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
+                            const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
   const int64_t K = w.n_in, V = w.n_out, cap = candidate_cap(V);
   const IsaLevel isa = int8_isa();
   thread_local GgmlActRows q1;
@@ -475,7 +494,8 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     if (y1.size() < static_cast<size_t>(M * V)) y1.resize(static_cast<size_t>(M * V));
     if (idx.size() < static_cast<size_t>(M * cap)) idx.resize(static_cast<size_t>(M * cap));
     if (his.size() < static_cast<size_t>(M * cap)) his.resize(static_cast<size_t>(M * cap));
-    for (int64_t i = 0; i < M * K; ++i) xt[size_t(i)] = bf16_to_f32(f32_to_bf16(x[m0 * K + i]));
+    const bool f16 = w.dtype == DType::kF16;  // (F16: x̃ = x)
+    for (int64_t i = 0; i < M * K; ++i) xt[size_t(i)] = f16 ? x[m0 * K + i] : bf16_to_f32(f32_to_bf16(x[m0 * K + i]));
     q1.reserve(M, K, 32);
     q1.quantize(xt.data(), M, 0, nullptr, isa, pool);
     const cpu::GgmlAct a1 = q1.view(0);
@@ -491,13 +511,13 @@ void bf16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
         M,
         [&, y1p, xtp, idxp, hip, countp](int64_t r0, int64_t r1, int) {
           for (int64_t r = r0; r < r1; ++r)
-            countp[r] = bf16_candidates(y1p + r * V, xtp + r * K, a1, r, w, screen, idxp + r * cap, hip + r * cap);
+            countp[r] = head16_candidates(y1p + r * V, xtp + r * K, a1, r, w, screen, idxp + r * cap, hip + r * cap);
         },
         1);
     // The exact outputs of each row's candidates, over ŷ1 in y1 (no longer needed), from the
     // candidates' own weight rows (16 at a time, gathered into one packed tile).
-    cpu::avx512::bf16_rows_finish(x + m0 * K, M, w, idx.data(), counts.data(), cap,
-                                  bf16_dot() == Bf16Dot::kFma, y1.data(), pool);
+    cpu::avx512::packed16_rows_finish(x + m0 * K, M, w, idx.data(), counts.data(), cap,
+                                      bf16_dot() == Bf16Dot::kFma, y1.data(), pool);
     for (int64_t r = 0; r < M; ++r) {
       const float* yr = y1.data() + r * V;
       out[m0 + r] = counts[r] < 0 ? -1 : first_max(idx.data() + r * cap, counts[r], [&](int64_t n) { return yr[n]; });
@@ -513,14 +533,14 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   if (n_rows <= 0) return;
   g_rows.fetch_add(uint64_t(n_rows), std::memory_order_relaxed);
   const int64_t K = w.n_in, V = w.n_out;
-  const bool bf16 = w.dtype == DType::kBF16;
+  const bool head16 = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
   const bool matches = !screen.empty() && screen.dtype == w.dtype && screen.n_in == K &&
                        static_cast<int64_t>(screen.bound.size()) == V;
-  bool screened = matches && (bf16 ? screen.plane && static_cast<int64_t>(screen.plane_bound.size()) == V &&
-                                         bf16_screenable(w)
-                                   : ggml_activations() == GgmlActivations::kInt8x2 &&
-                                         (w.packed_format == kPackedNone || w.packed_format == kPackedQ32x16 ||
-                                          w.packed_format == kPackedQ6K16));
+  bool screened = matches && (head16 ? screen.plane && static_cast<int64_t>(screen.plane_bound.size()) == V &&
+                                           head16_screenable(w)
+                                     : ggml_activations() == GgmlActivations::kInt8x2 &&
+                                           (w.packed_format == kPackedNone || w.packed_format == kPackedQ32x16 ||
+                                            w.packed_format == kPackedQ6K16));
   ArgmaxScreen::Health& health = *screen.health;
   if (screened && health.skip.load(std::memory_order_relaxed) > 0) {
     health.skip.fetch_sub(1, std::memory_order_relaxed);
@@ -530,7 +550,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     logits_argmax(x, n_rows, w, out, pool);
     return;
   }
-  if (bf16) return bf16_screened_argmax(x, n_rows, w, screen, out, pool);
+  if (head16) return head16_screened_argmax(x, n_rows, w, screen, out, pool);
   const IsaLevel isa = int8_isa();
   const int64_t ab = act_block(w.dtype);
   const bool amx = ggml_amx_for(w, std::min<int64_t>(n_rows, cpu::amx::kGgmlAmxMaxRows), isa);

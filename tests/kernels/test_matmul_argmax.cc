@@ -281,20 +281,21 @@ TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
   EXPECT_EQ(ops::argmax_stats().plane_rows, before.plane_rows);
 }
 
-// BF16 heads (prepacked: the AVX-512 packed kernel without AMX) are screened on a 6-bit plane of
-// their own (ggml_argmax.cc, "BF16 heads"); the screen is built with AMX off, as the engine on
-// a machine without AMX builds it.
-struct Bf16Head {
-  std::vector<uint16_t> w;  // [N, K] bf16
+// BF16 heads (prepacked: the AVX-512 packed kernel without AMX) and F16 heads (prepacked: its
+// F16 form) are screened on a 6-bit plane of their own (ggml_argmax.cc, "BF16 heads", "F16
+// heads"); the screen is built with AMX off, as the engine on a machine without AMX builds it.
+// The tests below run both dtypes.
+struct Head16 {
+  std::vector<uint16_t> w;  // [N, K] bf16 or f16
   PackedWeight packed;
   ops::ArgmaxScreen screen;
 };
-Bf16Head bf16_head(std::vector<float> v, int64_t N, int64_t K, ThreadPool& pool) {
-  Bf16Head h;
+Head16 head16(std::vector<float> v, int64_t N, int64_t K, ThreadPool& pool, DType dt = DType::kBF16) {
+  Head16 h;
   h.w.resize(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h.w[i] = f32_to_bf16(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) h.w[i] = dt == DType::kF16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
   WeightMatrix w;
-  w.dtype = DType::kBF16;
+  w.dtype = dt;
   w.n_out = N;
   w.n_in = K;
   w.data = h.w.data();
@@ -304,31 +305,34 @@ Bf16Head bf16_head(std::vector<float> v, int64_t N, int64_t K, ThreadPool& pool)
   set_amx_enabled(true);
   return h;
 }
+constexpr DType kHeadDtypes[] = {DType::kBF16, DType::kF16};
 
-TEST(MatmulArgmax, Bf16HeadSameIndexAsTheLogitsOnEveryPath) {
+TEST(MatmulArgmax, Head16SameIndexAsTheLogitsOnEveryPath) {
   if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
   ThreadPool pool(2);
   constexpr int64_t N = 1501, K = 640;
-  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 21, 0.5f), N, K, pool);
-  ASSERT_TRUE(h.screen.plane) << "a prepacked BF16 head on AVX-512 has its plane";
-  for (const test::PathConfig& path : test::matmul_paths()) {
-    test::PathScope scope(path);
-    const bool on_plane = path.isa == IsaLevel::kAvx512 && !amx_usable();
-    for (int64_t M : {1, 3, 16, 17, 40, 64}) {
-      const auto x = test::randn(static_cast<size_t>(M * K), 31 + uint32_t(M));
-      const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
-      // A fresh health per call: a few of this small flat head's rows overflow the candidate
-      // cap, and misses make the screen step aside (Bf16HeadWhoseRowsOverflowTheCapStepsAside);
-      // here every call must take the plane.
-      h.screen.health->misses = 0;
-      h.screen.health->skip = 0;
-      const ops::ArgmaxStats before = ops::argmax_stats();
-      EXPECT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want)
-          << path.name << " M=" << M;
-      const ops::ArgmaxStats after = ops::argmax_stats();
-      EXPECT_EQ(after.plane_rows - before.plane_rows, on_plane ? uint64_t(M) : 0u) << path.name;
-      // (random rows are flat: now and then one has more candidates than a screen is worth)
-      EXPECT_LE(after.full_rows - before.full_rows, uint64_t(M / 8)) << path.name << " M=" << M;
+  for (DType dt : kHeadDtypes) {
+    const Head16 h = head16(test::randn(size_t(N * K), 21, 0.5f), N, K, pool, dt);
+    ASSERT_TRUE(h.screen.plane) << "a prepacked " << dtype_name(dt) << " head on AVX-512 has its plane";
+    for (const test::PathConfig& path : test::matmul_paths()) {
+      test::PathScope scope(path);
+      const bool on_plane = path.isa == IsaLevel::kAvx512 && (dt == DType::kF16 || !amx_usable());
+      for (int64_t M : {1, 3, 16, 17, 40, 64}) {
+        const auto x = test::randn(static_cast<size_t>(M * K), 31 + uint32_t(M));
+        const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
+        // A fresh health per call: a few of this small flat head's rows overflow the candidate
+        // cap, and misses make the screen step aside (Head16WhoseRowsOverflowTheCapStepsAside);
+        // here every call must take the plane.
+        h.screen.health->misses = 0;
+        h.screen.health->skip = 0;
+        const ops::ArgmaxStats before = ops::argmax_stats();
+        EXPECT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want)
+            << dtype_name(dt) << " " << path.name << " M=" << M;
+        const ops::ArgmaxStats after = ops::argmax_stats();
+        EXPECT_EQ(after.plane_rows - before.plane_rows, on_plane ? uint64_t(M) : 0u) << dtype_name(dt) << " " << path.name;
+        // (random rows are flat: now and then one has more candidates than a screen is worth)
+        EXPECT_LE(after.full_rows - before.full_rows, uint64_t(M / 8)) << dtype_name(dt) << " " << path.name << " M=" << M;
+      }
     }
   }
 }
@@ -337,27 +341,29 @@ TEST(MatmulArgmax, Bf16HeadSameIndexAsTheLogitsOnEveryPath) {
 // within the screen's bound of the best) are computed in full and noted as misses, so after a
 // few such calls the screen steps aside to the logits for a while — with the same picks
 // throughout — and comes back. N = 1501, 16 rows per call.
-TEST(MatmulArgmax, Bf16HeadWhoseRowsOverflowTheCapStepsAside) {
+TEST(MatmulArgmax, Head16WhoseRowsOverflowTheCapStepsAside) {
   if (cpu_isa() != IsaLevel::kAvx512 || amx_usable()) GTEST_SKIP() << "the BF16 plane runs on AVX-512 without AMX";
   ThreadPool pool(2);
   constexpr int64_t N = 1501, K = 640, M = 16;
   const auto base = test::randn(size_t(K), 20, 0.5f), noise = test::randn(size_t(N * K), 21, 0.5f);
   std::vector<float> wf(size_t(N * K));
   for (int64_t i = 0; i < N * K; ++i) wf[size_t(i)] = base[size_t(i % K)] + 1e-3f * noise[size_t(i)];
-  const Bf16Head h = bf16_head(wf, N, K, pool);
-  const auto x = test::randn(static_cast<size_t>(M * K), 47);
-  const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
-  int plane_calls = 0;
-  uint64_t full_rows = 0;
-  for (int call = 0; call < 100; ++call) {
-    const ops::ArgmaxStats before = ops::argmax_stats();
-    ASSERT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want) << "call " << call;
-    plane_calls += ops::argmax_stats().plane_rows > before.plane_rows;
-    full_rows += ops::argmax_stats().full_rows - before.full_rows;
+  for (DType dt : kHeadDtypes) {
+    const Head16 h = head16(wf, N, K, pool, dt);
+    const auto x = test::randn(static_cast<size_t>(M * K), 47);
+    const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
+    int plane_calls = 0;
+    uint64_t full_rows = 0;
+    for (int call = 0; call < 100; ++call) {
+      const ops::ArgmaxStats before = ops::argmax_stats();
+      ASSERT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want) << dtype_name(dt) << " call " << call;
+      plane_calls += ops::argmax_stats().plane_rows > before.plane_rows;
+      full_rows += ops::argmax_stats().full_rows - before.full_rows;
+    }
+    EXPECT_GT(full_rows, uint64_t(plane_calls) * M / 2) << "the construction: most rows overflow the cap";
+    EXPECT_GE(plane_calls, 3) << "the screen is tried again after stepping aside";
+    EXPECT_LE(plane_calls, 30) << "the screen kept trying on rows it gives up";
   }
-  EXPECT_GT(full_rows, uint64_t(plane_calls) * M / 2) << "the construction: most rows overflow the cap";
-  EXPECT_GE(plane_calls, 3) << "the screen is tried again after stepping aside";
-  EXPECT_LE(plane_calls, 30) << "the screen kept trying on rows it gives up";
 }
 
 // Rows whose plane values lean the wrong way: x = all ones. Row kA: every weight a (q = 127 =
@@ -366,7 +372,7 @@ TEST(MatmulArgmax, Bf16HeadWhoseRowsOverflowTheCapStepsAside) {
 // 4·31 + 0 (read as 125.5: 1.2 % high). Exact: y_A = 640a > y_B ≈ 631a; on the plane ŷ_B > ŷ_A,
 // and only the bound keeps kA. kA2 repeats kA (an exact tie: the first wins). Other rows: random
 // at scale 0.001. N = 1003: a partial last tile.
-TEST(MatmulArgmax, Bf16HeadRowsWhosePlaneLeansTheWrongWayAreFinishedExactly) {
+TEST(MatmulArgmax, Head16RowsWhosePlaneLeansTheWrongWayAreFinishedExactly) {
   if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
   ThreadPool pool(2);
   constexpr int64_t N = 1003, K = 640, kA = 611, kA2 = 998, kB = 5;
@@ -376,31 +382,33 @@ TEST(MatmulArgmax, Bf16HeadRowsWhosePlaneLeansTheWrongWayAreFinishedExactly) {
     v[size_t(kA * K + k)] = v[size_t(kA2 * K + k)] = a;
     v[size_t(kB * K + k)] = k % 32 == 7 ? b * 127.0f / 124.0f : b;
   }
-  const Bf16Head h = bf16_head(v, N, K, pool);
-  ASSERT_TRUE(h.screen.plane);
-  set_amx_enabled(false);
-  for (const test::PathConfig& path : test::matmul_paths()) {
-    if (path.isa != IsaLevel::kAvx512 || path.amx) continue;
-    test::PathScope scope(path);
-    for (int64_t M : {1, 2, 16, 33}) {
-      std::vector<float> x(size_t(M * K));
-      for (int64_t m = 0; m < M; ++m)  // rows differ in scale only: kA everywhere
-        for (int64_t k = 0; k < K; ++k) x[size_t(m * K + k)] = 1.0f + 0.25f * float(m % 5);
-      const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
-      ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(kA))) << "the construction";
-      const ops::ArgmaxStats before = ops::argmax_stats();
-      EXPECT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want)
-          << path.name << " M=" << M;
-      const ops::ArgmaxStats after = ops::argmax_stats();
-      EXPECT_EQ(after.plane_rows - before.plane_rows, uint64_t(M)) << path.name;
-      EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << path.name;
-      EXPECT_EQ(after.full_rows, before.full_rows) << path.name;
-      // kA, kA2 and kB are candidates in every row; the random rows are not.
-      EXPECT_GE(after.candidates - before.candidates, uint64_t(3 * M)) << path.name;
-      EXPECT_LT(after.candidates - before.candidates, uint64_t(8 * M)) << path.name;
+  for (DType dt : kHeadDtypes) {
+    const Head16 h = head16(v, N, K, pool, dt);
+    ASSERT_TRUE(h.screen.plane) << dtype_name(dt);
+    set_amx_enabled(false);
+    for (const test::PathConfig& path : test::matmul_paths()) {
+      if (path.isa != IsaLevel::kAvx512 || path.amx) continue;
+      test::PathScope scope(path);
+      for (int64_t M : {1, 2, 16, 33}) {
+        std::vector<float> x(size_t(M * K));
+        for (int64_t m = 0; m < M; ++m)  // rows differ in scale only: kA everywhere
+          for (int64_t k = 0; k < K; ++k) x[size_t(m * K + k)] = 1.0f + 0.25f * float(m % 5);
+        const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
+        ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(kA))) << "the construction";
+        const ops::ArgmaxStats before = ops::argmax_stats();
+        EXPECT_EQ(screened_argmax(x.data(), M, h.packed.matrix(), h.screen, pool), want)
+            << dtype_name(dt) << " " << path.name << " M=" << M;
+        const ops::ArgmaxStats after = ops::argmax_stats();
+        EXPECT_EQ(after.plane_rows - before.plane_rows, uint64_t(M)) << dtype_name(dt) << " " << path.name;
+        EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << path.name;
+        EXPECT_EQ(after.full_rows, before.full_rows) << path.name;
+        // kA, kA2 and kB are candidates in every row; the random rows are not.
+        EXPECT_GE(after.candidates - before.candidates, uint64_t(3 * M)) << path.name;
+        EXPECT_LT(after.candidates - before.candidates, uint64_t(8 * M)) << path.name;
+      }
     }
+    set_amx_enabled(true);
   }
-  set_amx_enabled(true);
 }
 
 // A BF16 head whose rows all tie (x = 0: every logit 0) or whose x is not finite: the screen
@@ -411,62 +419,74 @@ uint32_t float_bits(float f) {
   return u;
 }
 
-// cpu::avx512::bf16_rows_finish (the screen's finish on listed outputs, from the row-major
-// weights): on each listed (row, output) the same bits as matmul_bf16_packed, in both product
-// forms, every other output left as it was. K = 650 (a partial last k chunk), rows with 0, 1,
+// cpu::avx512::packed16_rows_finish (the screen's finish on listed outputs, from the row-major
+// weights): on each listed (row, output) the same bits as matmul_bf16_packed in both product
+// forms (BF16) and as matmul_f16_packed_many (F16), every other output left as it was. K = 650 (a partial last k chunk), rows with 0, 1,
 // 16, 17 and many outputs (short groups of 16, a short last group of the micro-kernel's 8),
 // outputs in the partial last tile, and a row whose list is refused (count −1).
-TEST(MatmulArgmax, Bf16RowsFinishEqualsTheMatmulOnItsOutputs) {
+TEST(MatmulArgmax, Packed16RowsFinishEqualsTheMatmulOnItsOutputs) {
   if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "the packed BF16 kernel runs on AVX-512";
   ThreadPool pool(2);
   constexpr int64_t N = 1003, K = 650, M = 6, cap = 400;
-  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 27, 0.5f), N, K, pool);
-  const WeightMatrix& w = h.packed.matrix();
-  ASSERT_EQ(w.packed_format, kPackedAmxBf16) << "the construction: packed for the AVX-512 kernel";
-  ASSERT_NE(w.data, nullptr) << "the construction: the row-major weights kept";
-  const auto x = test::randn(size_t(M * K), 28);
-  std::vector<int32_t> idx(size_t(M * cap));
-  std::vector<int64_t> counts(M, 0);
-  auto list = [&](int64_t r, int64_t n) { idx[size_t(r * cap + counts[r]++)] = int32_t(n); };
-  list(1, 7);                                               // one
-  for (int64_t n = 0; n < 16; ++n) list(2, 3 * n + 1);      // one full group
-  for (int64_t n = 0; n < 17; ++n) list(3, 50 * n + 2);     // a group and one
-  for (int64_t n = 0; n < N; n += 3) list(4, n);            // many, the last tile's among them
-  counts[5] = -1;                                           // refused: nothing
-  const float kUntouched = -12345.0f;
-  for (bool fma : {false, true}) {
-    std::vector<float> want(size_t(M * N)), got(size_t(M * N), kUntouched);
-    std::vector<float> xb(size_t(M * cpu::fma_x_stride(K)));
-    cpu::avx512::matmul_bf16_packed(x.data(), M, w, want.data(), pool,
-                                    reinterpret_cast<uint16_t*>(xb.data()), fma);
-    cpu::avx512::bf16_rows_finish(x.data(), M, w, idx.data(), counts.data(), cap, fma, got.data(), pool);
-    std::vector<bool> listed(size_t(M * N), false);
-    for (int64_t r = 0; r < M; ++r)
-      for (int64_t i = 0; i < counts[r]; ++i) listed[size_t(r * N + idx[size_t(r * cap + i)])] = true;
-    for (int64_t i = 0; i < M * N; ++i) {
-      if (listed[size_t(i)])
-        ASSERT_EQ(float_bits(got[size_t(i)]), float_bits(want[size_t(i)]))
-            << (fma ? "fma" : "vdpbf16ps") << " row " << i / N << " output " << i % N;
-      else
-        ASSERT_EQ(got[size_t(i)], kUntouched) << "row " << i / N << " output " << i % N;
+  for (DType dt : kHeadDtypes) {
+    const Head16 h = head16(test::randn(size_t(N * K), 27, 0.5f), N, K, pool, dt);
+    const WeightMatrix& w = h.packed.matrix();
+    ASSERT_EQ(w.packed_format, dt == DType::kF16 ? kPackedF16x16 : kPackedAmxBf16)
+        << "the construction: packed for the AVX-512 kernel";
+    ASSERT_NE(w.data, nullptr) << "the construction: the row-major weights kept";
+    const auto x = test::randn(size_t(M * K), 28);
+    std::vector<int32_t> idx(size_t(M * cap));
+    std::vector<int64_t> counts(M, 0);
+    auto list = [&](int64_t r, int64_t n) { idx[size_t(r * cap + counts[r]++)] = int32_t(n); };
+    list(1, 7);                                               // one
+    for (int64_t n = 0; n < 16; ++n) list(2, 3 * n + 1);      // one full group
+    for (int64_t n = 0; n < 17; ++n) list(3, 50 * n + 2);     // a group and one
+    for (int64_t n = 0; n < N; n += 3) list(4, n);            // many, the last tile's among them
+    counts[5] = -1;                                           // refused: nothing
+    const float kUntouched = -12345.0f;
+    for (bool fma : {false, true}) {
+      if (dt == DType::kF16 && !fma) continue;  // (one form)
+      std::vector<float> want(size_t(M * N)), got(size_t(M * N), kUntouched);
+      std::vector<float> xb(size_t(M * cpu::fma_x_stride(K)));
+      if (dt == DType::kF16) {
+        const WeightMatrix* ws[1] = {&w};
+        float* ys[1] = {want.data()};
+        cpu::avx512::matmul_f16_packed_many(x.data(), M, ws, ys, 1, pool, xb.data());
+      } else {
+        cpu::avx512::matmul_bf16_packed(x.data(), M, w, want.data(), pool,
+                                        reinterpret_cast<uint16_t*>(xb.data()), fma);
+      }
+      cpu::avx512::packed16_rows_finish(x.data(), M, w, idx.data(), counts.data(), cap, fma, got.data(), pool);
+      std::vector<bool> listed(size_t(M * N), false);
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t i = 0; i < counts[r]; ++i) listed[size_t(r * N + idx[size_t(r * cap + i)])] = true;
+      for (int64_t i = 0; i < M * N; ++i) {
+        if (listed[size_t(i)])
+          ASSERT_EQ(float_bits(got[size_t(i)]), float_bits(want[size_t(i)]))
+              << dtype_name(dt) << (fma ? " fma" : " vdpbf16ps") << " row " << i / N << " output " << i % N;
+        else
+          ASSERT_EQ(got[size_t(i)], kUntouched) << "row " << i / N << " output " << i % N;
+      }
     }
   }
 }
 
-TEST(MatmulArgmax, Bf16HeadTiedAndNonFiniteRowsAreComputedInFull) {
+TEST(MatmulArgmax, Head16TiedAndNonFiniteRowsAreComputedInFull) {
   if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
   ThreadPool pool(2);
   constexpr int64_t N = 900, K = 640;
-  const Bf16Head h = bf16_head(test::randn(size_t(N * K), 23, 0.5f), N, K, pool);
-  set_amx_enabled(false);
-  auto x = test::randn(size_t(3 * K), 24);
-  std::fill(x.begin(), x.begin() + K, 0.0f);  // row 0: all tied
-  x[size_t(K + 9)] = NAN;                     // row 1
-  const ops::ArgmaxStats before = ops::argmax_stats();
-  EXPECT_EQ(screened_argmax(x.data(), 3, h.packed.matrix(), h.screen, pool),
-            reference_argmax(x.data(), 3, h.packed.matrix(), pool));
-  EXPECT_EQ(ops::argmax_stats().full_rows - before.full_rows, 2u);
-  set_amx_enabled(true);
+  for (DType dt : kHeadDtypes) {
+    const Head16 h = head16(test::randn(size_t(N * K), 23, 0.5f), N, K, pool, dt);
+    set_amx_enabled(false);
+    auto x = test::randn(size_t(3 * K), 24);
+    std::fill(x.begin(), x.begin() + K, 0.0f);  // row 0: all tied
+    x[size_t(K + 9)] = NAN;                     // row 1
+    const ops::ArgmaxStats before = ops::argmax_stats();
+    EXPECT_EQ(screened_argmax(x.data(), 3, h.packed.matrix(), h.screen, pool),
+              reference_argmax(x.data(), 3, h.packed.matrix(), pool));
+    EXPECT_EQ(ops::argmax_stats().full_rows - before.full_rows, 2u) << dtype_name(dt);
+    set_amx_enabled(true);
+  }
 }
 
 // The one-pass screen (cpu::avx512::screen_row) against its definition, the two passes: the

@@ -154,16 +154,17 @@ void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* cons
 // xf: scratch for M * fma_x_stride(K) floats.
 void matmul_f16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys, int n,
                             ThreadPool& pool, float* xf);
-// Rows x [M, K] fp32 × a kPackedAmxBf16 weight on listed outputs, the same bits as
-// matmul_bf16_packed (same fma) gives there, read from the row-major weights (w.data, [n_out,
-// n_in] bf16, which a packed weight keeps): for each row r < M (≤ kGgmlRowChunk), y[r][n] (y is
-// [M, n_out]) for the counts[r] outputs n = idx[r·cap + i] (increasing; counts[r] ≤ 0: none) —
+// Rows x [M, K] fp32 × a kPackedAmxBf16 or kPackedF16x16 weight on listed outputs, the same bits
+// as matmul_bf16_packed (same fma) / matmul_f16_packed_many give there, read from the row-major
+// weights (w.data, [n_out, n_in] 16-bit, which a packed weight keeps; fma: BF16 only): for each
+// row r < M (≤ kGgmlRowChunk), y[r][n] (y is [M, n_out]) for the counts[r] outputs
+// n = idx[r·cap + i] (increasing; counts[r] ≤ 0: none) —
 // the greedy screen's exact finish (kernels/ggml_argmax.cc). Sixteen of one row's outputs at a
 // time are gathered into one packed tile (16 weight rows transposed) and run through
-// matmul_bf16_packed's micro-kernel, so a scattered candidate costs its own weight row (2·n_in
+// the packed kernels' micro-kernel, so a scattered candidate costs its own weight row (2·n_in
 // bytes) instead of its 16-output tile (32·n_in). Other outputs of y are left as they are.
-void bf16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const int32_t* idx,
-                      const int64_t* counts, int64_t cap, bool fma, float* y, ThreadPool& pool);
+void packed16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const int32_t* idx,
+                          const int64_t* counts, int64_t cap, bool fma, float* y, ThreadPool& pool);
 // F32, F16 and F8_E4M3 (+ block scales) weights, dequantized to fp32 in registers.
 void matmul_fp32w(const float* x, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);

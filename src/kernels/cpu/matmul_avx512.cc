@@ -573,23 +573,30 @@ inline void transpose16x16(const __m512i r[16], __m512i c[16]) {
   }
 }
 
-// The kPackedAmxBf16 tile of 16 weight rows given by index (row-major bf16 rows K apart at
-// `w`): dst [n_kc][16 k-pairs][16 n][2], zero past K — what pack_bf16 makes of 16 neighbours.
-void gather_bf16_tile(const uint16_t* w, int64_t K, const int32_t* rows16, int64_t n_kc, uint16_t* dst) {
+// The packed tile of 16 weight rows given by index (row-major 16-bit rows K apart at `w`), zero
+// past K — what prepacking makes of 16 neighbours: BF16 (f16 = false) dst [n_kc][16 k-pairs][16 n][2]
+// (kPackedAmxBf16), F16 [n_kc][32 k][16 n] (kPackedF16x16: each pair row's halves split apart).
+void gather_tile16(const uint16_t* w, int64_t K, const int32_t* rows16, int64_t n_kc, bool f16, uint16_t* dst) {
+  // (within a 64-byte pair row [16 n][2]: the even elements, then the odd ones)
+  const __m512i split = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
+                                         30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   for (int64_t kc = 0; kc < n_kc; ++kc) {
     const int64_t rem = K - kc * 32;
     const __mmask32 mk = rem >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((uint32_t(1) << rem) - 1);
     __m512i r[16], c[16];
     for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_epi16(mk, w + int64_t(rows16[i]) * K + kc * 32);
     transpose16x16(r, c);
-    for (int kp = 0; kp < 16; ++kp) _mm512_storeu_si512(dst + kc * kPackTile + kp * 32, c[kp]);
+    for (int kp = 0; kp < 16; ++kp)
+      _mm512_storeu_si512(dst + kc * kPackTile + kp * 32, f16 ? _mm512_permutexvar_epi16(split, c[kp]) : c[kp]);
   }
 }
 
 }  // namespace
 
-void bf16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const int32_t* idx,
-                      const int64_t* counts, int64_t cap, bool fma, float* y, ThreadPool& pool) {
+void packed16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const int32_t* idx,
+                          const int64_t* counts, int64_t cap, bool fma, float* y, ThreadPool& pool) {
+  const bool f16 = w.dtype == DType::kF16;
+  fma = fma || f16;
   const int64_t N = w.n_out, K = w.n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32;
   // Groups of 16 outputs of one row (a short last group repeats its last output), group g of
   // row r at first[r] + g.
@@ -603,7 +610,9 @@ void bf16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const in
   if (xbuf.size() < need) xbuf.resize(need);
   const float* xf = xbuf.data();
   const uint16_t* xb = reinterpret_cast<const uint16_t*>(xbuf.data());
-  if (fma)
+  if (f16)
+    copy_fp32_rows(x, M, K, Kp, xs, xbuf.data());
+  else if (fma)
     to_bf16_fp32_rows(x, M, K, Kp, xs, xbuf.data());
   else
     to_bf16_rows(x, M, K, Kp, reinterpret_cast<uint16_t*>(xbuf.data()));
@@ -632,13 +641,15 @@ void bf16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const in
             row_of[g] = r;
             for (int j = 0; j < 16; ++j) outs[g][j] = idx[r * cap + j0 + imin(j, valid[g] - 1)];
             uint16_t* t = tiles.data() + g * n_kc * kPackTile;
-            if (g < n) gather_bf16_tile(wr, K, outs[g], n_kc, t);
+            if (g < n) gather_tile16(wr, K, outs[g], n_kc, f16, t);
             lt.w[g] = g < n ? t : lt.w[0];
             rf.x[g] = xf + r * xs;
             rb.x[g] = xb + r * Kp;
           }
-          if (fma)
-            fma_tiles<1, kG>(rf, lt, n_kc, 0, kG * 16, tile_y, 0);
+          if (f16)
+            fma_tiles<1, kG, F16Rows>(rf, lt, n_kc, 0, kG * 16, tile_y, 0);
+          else if (fma)
+            fma_tiles<1, kG, Bf16Pairs>(rf, lt, n_kc, 0, kG * 16, tile_y, 0);
           else
             packed_bf16_tiles<1, kG>(rb, lt, n_kc, 0, kG * 16, tile_y, 0);
           for (int64_t g = 0; g < n; ++g)
