@@ -280,14 +280,16 @@ constexpr int64_t kQ4KQs = 2048, kQ4KSc = 2048, kQ4KM = 2048 + 128, kQ4KD = 2048
 constexpr int64_t kPrefetchSupers = 1;
 
 // The activation rows of one call for the superblock formats, superblock-major as Q32Panel
-// (cpu_kernels.h): for superblock s, row m: q [s][m][256], sums [s][m][kKPanelSums(q6k)] (the
-// 8 Σ of 32 for Q4_K, the 16 Σ of 16 for Q6_K), d [s][m]. Built once per call by k_panel().
+// (cpu_kernels.h): for superblock s, row m: q [s][m][256], sums [s][m][kKPanelSums(q6k)] (Q4_K:
+// the 8 Σ of 32 as 4 int16 pairs, Σ_2c in the low half of pair c, Σ_2c+1 in the high — the
+// vpdpwssd operand of the mins' part, |Σ| ≤ 32·127; Q6_K: the 16 Σ of 16 as int32), d [s][m].
+// Built once per call by k_panel().
 struct KPanel {
   const int8_t* q;
   const int32_t* sums;
   const float* d;
 };
-constexpr int64_t kKPanelSums(bool q6k) { return q6k ? 16 : 8; }
+constexpr int64_t kKPanelSums(bool q6k) { return q6k ? 8 : 4; }
 
 // One set of buffers per form (Q4_K / Q6_K), so a call can hold both (matmul_packed_many).
 KPanel k_panel(const GgmlAct& a, int64_t M, bool q6k) {
@@ -305,17 +307,20 @@ KPanel k_panel(const GgmlAct& a, int64_t M, bool q6k) {
   for (int64_t s = 0; s < ns; ++s)
     for (int64_t m = 0; m < M; ++m) {
       std::memcpy(q.data() + (s * M + m) * 256, a.q + m * ldq + 256 * s, 256);
+      int32_t* dst = sums.data() + (s * M + m) * per;
       const int32_t* src = q6k ? a.s16 + m * (a.K / 16) + 16 * s : a.s32 + m * (a.K / 32) + 8 * s;
-      std::memcpy(sums.data() + (s * M + m) * per, src, size_t(per) * 4);
+      for (int c = 0; c < per; ++c)
+        dst[c] = int32_t((uint32_t(src[2 * c]) & 0xffffu) | (uint32_t(src[2 * c + 1]) << 16));
       d[size_t(s * M + m)] = a.d[m * ns + s];
     }
   return KPanel{q.data(), sums.data(), d.data()};
 }
 
 // p: the panel advanced to superblock s, row m0.
-// Rows per q4k16_super group: 8 would hold 24 int32 accumulators and spill (measured: no
-// faster than 4 on Zen 5).
-constexpr int kQ4KRows = 4;
+// Rows per q4k16_super group: 8 (24 int32 accumulators in flight; Zen 5 had measured 8 no
+// faster than 4, Emerald Rapids 640×2048 at M = 16 (32 int8x2 rows): 194–200 → 151–194 µs,
+// 262144×768 27–37 → 21–25 ms, once the mins' part ran on vpdpwssd).
+constexpr int kQ4KRows = 8;
 
 template <int MR>
 void q4k16_super(const KPanel& p, const uint8_t* sb, int64_t s, float* acc /* [MR][8][16] */) {
@@ -344,18 +349,21 @@ void q4k16_super(const KPanel& p, const uint8_t* sb, int64_t s, float* acc /* [M
       isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(_mm512_mullo_epi32(dlo[r], sclo),
                                                            _mm512_mullo_epi32(dhi[r], schi)));
   }
-  // The mins' part: Σ_j m_j·(Σ of sub-block j's 32 x), after the dots (fewer live registers).
-  __m512i mv[8];
-  for (int j = 0; j < 8; ++j)
-    mv[j] = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + kQ4KM + 16 * j)));
+  // The mins' part: Σ_j m_j·(Σ of sub-block j's 32 x), after the dots (fewer live registers), two
+  // sub-blocks per vpdpwssd: lane o holds (m_2c, m_2c+1) of output o as int16 (m ≤ 63), the row's
+  // pair of sums (the panel's) is broadcast — exact, the integers of 8 vpmulld.
+  __m512i mv[4];
+  for (int c = 0; c < 4; ++c) {
+    const uint8_t* mp = sb + kQ4KM + 32 * c;
+    mv[c] = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mp))),
+                            _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mp + 16))), 16));
+  }
   const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(sb + kQ4KD));
   const __m512 dmin = _mm512_loadu_ps(reinterpret_cast<const float*>(sb + kQ4KDmin));
   for (int r = 0; r < MR; ++r) {
-    const int32_t* b32 = p.sums + 8 * r;
+    const int32_t* pairs = p.sums + kKPanelSums(false) * r;
     __m512i msum = _mm512_setzero_si512();
-    for (int c = 0; c < 4; ++c)
-      msum = _mm512_add_epi32(msum, _mm512_add_epi32(_mm512_mullo_epi32(mv[2 * c], _mm512_set1_epi32(b32[2 * c])),
-                                                     _mm512_mullo_epi32(mv[2 * c + 1], _mm512_set1_epi32(b32[2 * c + 1]))));
+    for (int c = 0; c < 4; ++c) msum = _mm512_dpwssd_epi32(msum, mv[c], _mm512_set1_epi32(pairs[c]));
     const __m512 dx = _mm512_set1_ps(p.d[r]);
     float* ap = acc + (r * 8 + s % 8) * 16;
     __m512 v = lane_acc(ap, s);
@@ -686,12 +694,25 @@ void q6k16_super(const KPanel& p, const uint8_t* sb, int64_t s, float* acc) {
         }
         const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 3072 + 16 * j)));
 #pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r) {
-          const int32_t c = 32 * p.sums[16 * r + j];
-          isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(dj[r], _mm512_set1_epi32(c)), scv));
-        }
+        for (int r = 0; r < MR; ++r) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(dj[r], scv));
       }
     }
+  }
+  // The offset: u = q + 32, so Σ_j sc_j·(dot_j − 32·Σ_j) = isum − 32·Σ_j sc_j·Σ_j, the second sum
+  // two sub-blocks per vpdpwssd (lane o: (sc_2i, sc_2i+1) of output o as int16, the row's pair of
+  // sums broadcast) — exact, the integers of the per-sub-block subtraction.
+  __m512i scp[8];
+  for (int i = 0; i < 8; ++i) {
+    const uint8_t* sp = sb + 3072 + 32 * i;
+    scp[i] = _mm512_or_si512(
+        _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp))), _mm512_set1_epi32(0xffff)),
+        _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + 16))), 16));
+  }
+  for (int r = 0; r < MR; ++r) {
+    const int32_t* pairs = p.sums + kKPanelSums(true) * r;
+    __m512i corr = _mm512_setzero_si512();
+    for (int i = 0; i < 8; ++i) corr = _mm512_dpwssd_epi32(corr, scp[i], _mm512_set1_epi32(pairs[i]));
+    isum[r] = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(corr, 5));
   }
   const __m512 d = _mm512_loadu_ps(reinterpret_cast<const float*>(sb + 3072 + 256));
   for (int r = 0; r < MR; ++r) {
