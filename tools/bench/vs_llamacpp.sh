@@ -4,7 +4,7 @@
 # cell: tg64, pp16, pp512 (tok/s) and our verify cost t(16)/t(1).
 #
 #   tools/bench/vs_llamacpp.sh --llama-cpp SRC [--build DIR] [--threads 2] [--rounds 3]
-#                              [--cases gemma,qwen3-bf16,qwen3-q8,qwen3-f16] [--jobs 1] [--ggml-cpu DIR]
+#                              [--cases gemma,qwen3-bf16,qwen3-q8,qwen3-f16,qwen3-q4km] [--jobs 1] [--ggml-cpu DIR]
 #                              [--no-amx | --no-bf16 | --skylake | --avx2 | --avx-vnni]
 #
 # --ggml-cpu DIR: load llama.cpp's CPU backend from DIR (LD_LIBRARY_PATH). On the Sapphire Rapids
@@ -35,6 +35,8 @@
 #               (--weights bf16)
 #   qwen3-q8    the same as a Q8_0 GGUF; ours on the GGUF and on the HF folder (--weights q8)
 #   qwen3-f16   the same as an F16 GGUF (not in the default set)
+#   qwen3-q4km  the same as Q4_K_M, made from the F16 GGUF by llama.cpp's own llama-quantize (built
+#               beside llama-bench; not in the default set)
 # Output: a markdown table on stdout (one line per case × our variant) plus the raw JSON of
 # every run under $OUT (default /tmp/vs_llamacpp.<date>).
 set -euo pipefail
@@ -80,6 +82,7 @@ done
 BUILD=$(mkdir -p "$BUILD" && cd "$BUILD" && pwd)
 case "$BUILD/" in "$REPO"/*) echo "refusing to build llama.cpp inside the repo ($BUILD)" >&2; exit 2 ;; esac
 LLAMA_BENCH=$BUILD/bin/llama-bench
+LLAMA_QUANTIZE=$BUILD/bin/llama-quantize
 
 # ---- build llama.cpp beside the project -------------------------------------------------------
 if [[ ! -x $LLAMA_BENCH ]]; then
@@ -206,6 +209,13 @@ for c in "${want[@]}"; do
     qwen3-f16)
       f=$(need_qwen3_gguf f16)
       run_case qwen3-f16 "$f" "gguf|$f|" ;;
+    qwen3-q4km)
+      f=$BENCH_MODELS/gguf/qwen3-0.6b-q4_k_m.gguf
+      if [[ ! -f $f ]]; then
+        [[ -x $LLAMA_QUANTIZE ]] || cmake --build "$BUILD" -j"$JOBS" --target llama-quantize >&2
+        "$LLAMA_QUANTIZE" "$(need_qwen3_gguf f16)" "$f" Q4_K_M "$THREADS" >&2
+      fi
+      run_case qwen3-q4km "$f" "gguf|$f|" ;;
     *) echo "unknown case $c" >&2; exit 2 ;;
   esac
 done
