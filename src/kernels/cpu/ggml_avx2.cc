@@ -432,39 +432,36 @@ inline __m256i bcast_pair16(int32_t lo, int32_t hi) {
                                                 (static_cast<uint32_t>(lo) & 0xFFFFu)));
 }
 
+// Both K kernels walk one 8-output half (h) of the tile at a time: the accumulators of one half
+// fit the 16 ymm registers, both halves' did not (they spilled to the stack on every step: Q4_K
+// decoded at 10 GB/s, `perf annotate`). Per output the same integers and the same two fp steps.
 template <int MR>
 void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, float* acc) {
   const int64_t ldq = a.K + 256, n32 = a.K / 32;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256i isum[MR][2], msum[MR][2];
-  for (int r = 0; r < MR; ++r)
-    for (int h = 0; h < 2; ++h) isum[r][h] = msum[r][h] = _mm256_setzero_si256();
-  for (int c = 0; c < 4; ++c) {
-    __m256i dlo[MR][2], dhi[MR][2];
-    for (int r = 0; r < MR; ++r)
-      for (int h = 0; h < 2; ++h) dlo[r][h] = dhi[r][h] = _mm256_setzero_si256();
-    for (int g = 0; g < 8; ++g) {
-      __m256i lo[2], hi[2];
-      for (int h = 0; h < 2; ++h) {
+  const float* dp = reinterpret_cast<const float*>(sb + kQ4KD);
+  const float* mp = reinterpret_cast<const float*>(sb + kQ4KDmin);
+  for (int h = 0; h < 2; ++h) {
+    __m256i isum[MR], msum[MR];
+    for (int r = 0; r < MR; ++r) isum[r] = msum[r] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      __m256i dlo[MR], dhi[MR];
+      for (int r = 0; r < MR; ++r) dlo[r] = dhi[r] = _mm256_setzero_si256();
+      for (int g = 0; g < 8; ++g) {
         const __m256i wv = load256(sb + (c * 8 + g) * 64 + 32 * h);
-        lo[h] = _mm256_and_si256(wv, m4);
-        hi[h] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-      }
-      for (int r = 0; r < MR; ++r) {
-        const int8_t* xq = a.q + (m0 + r) * ldq + 256 * s + 64 * c + 4 * g;
-        const __m256i ql = bcast4(xq), qh = bcast4(xq + 32);
-        for (int h = 0; h < 2; ++h) {
+        const __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+        for (int r = 0; r < MR; ++r) {
+          const int8_t* xq = a.q + (m0 + r) * ldq + 256 * s + 64 * c + 4 * g;
+          const __m256i ql = bcast4(xq), qh = bcast4(xq + 32);
 #if DFL_AVX2_VNNI  // int32 per output (4 products a step), times the scale below
-          dlo[r][h] = _mm256_dpbusd_avx_epi32(dlo[r][h], lo[h], ql);
-          dhi[r][h] = _mm256_dpbusd_avx_epi32(dhi[r][h], hi[h], qh);
+          dlo[r] = _mm256_dpbusd_avx_epi32(dlo[r], lo, ql);
+          dhi[r] = _mm256_dpbusd_avx_epi32(dhi[r], hi, qh);
 #else
-          dlo[r][h] = _mm256_add_epi16(dlo[r][h], _mm256_maddubs_epi16(lo[h], ql));
-          dhi[r][h] = _mm256_add_epi16(dhi[r][h], _mm256_maddubs_epi16(hi[h], qh));
+          dlo[r] = _mm256_add_epi16(dlo[r], _mm256_maddubs_epi16(lo, ql));
+          dhi[r] = _mm256_add_epi16(dhi[r], _mm256_maddubs_epi16(hi, qh));
 #endif
         }
       }
-    }
-    for (int h = 0; h < 2; ++h) {
       const uint8_t* sc = sb + kQ4KSc + 32 * c + 8 * h;  // sub-blocks 2c (sc), 2c + 1 (sc + 16)
       const uint8_t* mn = sb + kQ4KM + 32 * c + 8 * h;
 #if DFL_AVX2_VNNI
@@ -472,24 +469,20 @@ void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
 #else
       const __m256i sclo = pairs16(sc, sc, false), schi = pairs16(sc + 16, sc + 16, false);
 #endif
-      const __m256i mp = pairs16(mn, mn + 16, false);
+      const __m256i mpair = pairs16(mn, mn + 16, false);
       for (int r = 0; r < MR; ++r) {
-        isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_add_epi32(scaled(dlo[r][h], sclo), scaled(dhi[r][h], schi)));
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(scaled(dlo[r], sclo), scaled(dhi[r], schi)));
         const int32_t* b32 = a.s32 + (m0 + r) * n32 + 8 * s + 2 * c;
-        msum[r][h] = _mm256_add_epi32(msum[r][h], _mm256_madd_epi16(mp, bcast_pair16(b32[0], b32[1])));
+        msum[r] = _mm256_add_epi32(msum[r], _mm256_madd_epi16(mpair, bcast_pair16(b32[0], b32[1])));
       }
     }
-  }
-  const float* dp = reinterpret_cast<const float*>(sb + kQ4KD);
-  const float* mp = reinterpret_cast<const float*>(sb + kQ4KDmin);
-  for (int r = 0; r < MR; ++r) {
-    const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * ns + s]);
-    float* ap = acc + (r * 8 + s % 8) * 16;
-    for (int h = 0; h < 2; ++h) {
-      __m256 v = _mm256_loadu_ps(ap + 8 * h);
-      v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][h]), _mm256_mul_ps(_mm256_loadu_ps(dp + 8 * h), dx), v);
-      v = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[r][h]), _mm256_mul_ps(_mm256_loadu_ps(mp + 8 * h), dx), v);
-      _mm256_storeu_ps(ap + 8 * h, v);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * ns + s]);
+      float* ap = acc + (r * 8 + s % 8) * 16 + 8 * h;
+      __m256 v = _mm256_loadu_ps(ap);
+      v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(_mm256_loadu_ps(dp + 8 * h), dx), v);
+      v = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[r]), _mm256_mul_ps(_mm256_loadu_ps(mp + 8 * h), dx), v);
+      _mm256_storeu_ps(ap, v);
     }
   }
 }
@@ -508,68 +501,58 @@ inline __m256i q6k16_values(__m256i qlv, __m256i qhv, int g) {
 template <int MR>
 void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, float* acc) {
   const int64_t ldq = a.K + 256, n16 = a.K / 16;
-  __m256i isum[MR][2], corr[MR][2];
-  for (int r = 0; r < MR; ++r)
-    for (int h = 0; h < 2; ++h) isum[r][h] = corr[r][h] = _mm256_setzero_si256();
-  for (int hq = 0; hq < 2; ++hq) {
-    for (int g = 0; g < 4; ++g) {
-      for (int half = 0; half < 2; ++half) {  // sub-block j = 8hq + 2g + half: lg = 4 half .. +3
-        const int j = 8 * hq + 2 * g + half;
-        __m256i d0[MR][2], d1[MR][2];  // lg pairs (0, 1) and (2, 3) of the sub-block
-        for (int r = 0; r < MR; ++r)
-          for (int h = 0; h < 2; ++h) d0[r][h] = d1[r][h] = _mm256_setzero_si256();
-        for (int l4 = 0; l4 < 4; ++l4) {
-          const int lg = 4 * half + l4;
-          __m256i u[2];
-          for (int h = 0; h < 2; ++h)
-            u[h] = q6k16_values(load256(sb + ((hq * 2 + g % 2) * 8 + lg) * 64 + 32 * h),
-                                load256(sb + kQ6KQh + (hq * 8 + lg) * 64 + 32 * h), g);
-          const int e = 128 * hq + 32 * g + 4 * lg;
-          for (int r = 0; r < MR; ++r) {
-            const __m256i q = bcast4(a.q + (m0 + r) * ldq + 256 * s + e);
-            for (int h = 0; h < 2; ++h) {
+  const float* dp = reinterpret_cast<const float*>(sb + kQ6KD);
+  for (int h = 0; h < 2; ++h) {  // one 8-output half at a time (above q4k16_super)
+    __m256i isum[MR], corr[MR];
+    for (int r = 0; r < MR; ++r) isum[r] = corr[r] = _mm256_setzero_si256();
+    for (int hq = 0; hq < 2; ++hq) {
+      for (int g = 0; g < 4; ++g) {
+        for (int half = 0; half < 2; ++half) {  // sub-block j = 8hq + 2g + half: lg = 4 half .. +3
+          const int j = 8 * hq + 2 * g + half;
+          __m256i d0[MR], d1[MR];  // lg pairs (0, 1) and (2, 3) of the sub-block
+          for (int r = 0; r < MR; ++r) d0[r] = d1[r] = _mm256_setzero_si256();
+          for (int l4 = 0; l4 < 4; ++l4) {
+            const int lg = 4 * half + l4;
+            const __m256i u = q6k16_values(load256(sb + ((hq * 2 + g % 2) * 8 + lg) * 64 + 32 * h),
+                                           load256(sb + kQ6KQh + (hq * 8 + lg) * 64 + 32 * h), g);
+            const int e = 128 * hq + 32 * g + 4 * lg;
+            for (int r = 0; r < MR; ++r) {
+              const __m256i q = bcast4(a.q + (m0 + r) * ldq + 256 * s + e);
 #if DFL_AVX2_VNNI  // one int32 sum per output (no s16 limit to split around)
-              d0[r][h] = _mm256_dpbusd_avx_epi32(d0[r][h], u[h], q);
+              d0[r] = _mm256_dpbusd_avx_epi32(d0[r], u, q);
 #else
-              __m256i& dd = l4 < 2 ? d0[r][h] : d1[r][h];
-              dd = _mm256_add_epi16(dd, _mm256_maddubs_epi16(u[h], q));
+              __m256i& dd = l4 < 2 ? d0[r] : d1[r];
+              dd = _mm256_add_epi16(dd, _mm256_maddubs_epi16(u, q));
 #endif
             }
           }
-        }
-        for (int h = 0; h < 2; ++h) {
           const uint8_t* sc = sb + kQ6KSc + 16 * j + 8 * h;
 #if DFL_AVX2_VNNI
           const __m256i scv = scales32(sc, true);
-          for (int r = 0; r < MR; ++r) isum[r][h] = _mm256_add_epi32(isum[r][h], scaled(d0[r][h], scv));
+          for (int r = 0; r < MR; ++r) isum[r] = _mm256_add_epi32(isum[r], scaled(d0[r], scv));
 #else
           const __m256i scv = pairs16(sc, sc, true);
           for (int r = 0; r < MR; ++r)
-            isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_add_epi32(scaled(d0[r][h], scv), scaled(d1[r][h], scv)));
+            isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(scaled(d0[r], scv), scaled(d1[r], scv)));
 #endif
         }
       }
     }
-  }
-  // Σ_j sc_j · Σq_j over the 16 sub-blocks, two at a time.
-  for (int jj = 0; jj < 16; jj += 2) {
-    for (int h = 0; h < 2; ++h) {
+    // Σ_j sc_j · Σq_j over the 16 sub-blocks, two at a time.
+    for (int jj = 0; jj < 16; jj += 2) {
       const uint8_t* sc = sb + kQ6KSc + 16 * jj + 8 * h;
       const __m256i sp = pairs16(sc, sc + 16, true);
       for (int r = 0; r < MR; ++r) {
         const int32_t* s16 = a.s16 + (m0 + r) * n16 + 16 * s + jj;
-        corr[r][h] = _mm256_add_epi32(corr[r][h], _mm256_madd_epi16(sp, bcast_pair16(s16[0], s16[1])));
+        corr[r] = _mm256_add_epi32(corr[r], _mm256_madd_epi16(sp, bcast_pair16(s16[0], s16[1])));
       }
     }
-  }
-  const float* dp = reinterpret_cast<const float*>(sb + kQ6KD);
-  for (int r = 0; r < MR; ++r) {
-    const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * ns + s]);
-    float* ap = acc + (r * 8 + s % 8) * 16;
-    for (int h = 0; h < 2; ++h) {
-      const __m256i is = _mm256_sub_epi32(isum[r][h], _mm256_slli_epi32(corr[r][h], 5));
-      _mm256_storeu_ps(ap + 8 * h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(_mm256_loadu_ps(dp + 8 * h), dx),
-                                                   _mm256_loadu_ps(ap + 8 * h)));
+    for (int r = 0; r < MR; ++r) {
+      const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * ns + s]);
+      float* ap = acc + (r * 8 + s % 8) * 16 + 8 * h;
+      const __m256i is = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(corr[r], 5));
+      _mm256_storeu_ps(ap, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(_mm256_loadu_ps(dp + 8 * h), dx),
+                                           _mm256_loadu_ps(ap)));
     }
   }
 }
@@ -596,17 +579,29 @@ struct Q6KKernel {
   }
 };
 
+// Every 64-byte line of [p, p + bytes) prefetched into L1 (hint T0) or L2 (T1): the packed
+// tiles are one linear stream per thread, which the hardware prefetcher alone leaves below the
+// read bandwidth (as on AVX-512: cpu/simd_avx512.h prefetch_lines).
+template <_mm_hint Hint>
+inline void prefetch_lines(const uint8_t* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), Hint);
+}
+
 // 16-output tiles [t0, t1) of a packed weight of nb blocks of BB bytes per tile: every block
-// once for all M rows, in row pairs (4 rows spill registers: slower).
+// once for all M rows, in row pairs (4 rows spill registers: slower). Each block's lines are
+// pulled into L1 `ahead` blocks early (about 2–3 KiB) and into L2 16 KiB early.
 template <class Kernel>
 void packed_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1,
                   int64_t nb, int64_t BB) {
   alignas(32) float acc[kGgmlRowChunk * 8 * 16];
+  const int64_t ahead = (3072 + BB - 1) / BB;
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * nb * BB;
     for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* bp = tile + b * BB;
+      prefetch_lines<_MM_HINT_T0>(bp + ahead * BB, BB);
+      prefetch_lines<_MM_HINT_T1>(bp + 16384, BB);
       for (int64_t m0 = 0; m0 < M; m0 += 2) {
         if (M - m0 >= 2)
           Kernel::template run<2>(a, m0, bp, b, nb, acc + m0 * 8 * 16);
