@@ -585,9 +585,13 @@ struct Q6KKernel {
 // Every 64-byte line of [p, p + bytes) prefetched into L1 (hint T0) or L2 (T1): the packed
 // tiles are one linear stream per thread, which the hardware prefetcher alone leaves below the
 // read bandwidth (as on AVX-512: cpu/simd_avx512.h prefetch_lines).
-template <_mm_hint Hint>
-inline void prefetch_lines(const uint8_t* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), Hint);
+// (Two functions, not a template over the hint: GCC types the hint as enum _mm_hint, clang as
+// an int macro.)
+inline void prefetch_lines_l1(const uint8_t* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+}
+inline void prefetch_lines_l2(const uint8_t* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T1);
 }
 
 // 16-output tiles [t0, t1) of a packed weight of nb blocks of BB bytes per tile: every block
@@ -605,8 +609,8 @@ void packed_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
     for (int64_t i = 0; i < M * 8 * 16; ++i) acc[i] = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* bp = tile + b * BB;
-      prefetch_lines<_MM_HINT_T0>(bp + ahead * BB, BB);
-      prefetch_lines<_MM_HINT_T1>(bp + 16384, BB);
+      prefetch_lines_l1(bp + ahead * BB, BB);
+      prefetch_lines_l2(bp + 16384, BB);
       for (int64_t m0 = 0; m0 < M; m0 += Kernel::kRows) {
         float* ac = acc + m0 * 8 * 16;
         switch (M - m0 < Kernel::kRows ? M - m0 : Kernel::kRows) {
