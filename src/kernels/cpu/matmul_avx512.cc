@@ -116,14 +116,6 @@ void to_bf16_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t
   }
 }
 
-// x [M, K] → fp32 copies zero-padded to Kp, rows xs floats apart (the F16 form's activations).
-void copy_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t xs, float* xf) {
-  for (int64_t m = 0; m < M; ++m) {
-    std::memcpy(xf + m * xs, x + m * K, static_cast<size_t>(K) * sizeof(float));
-    std::memset(xf + m * xs + K, 0, static_cast<size_t>(Kp - K) * sizeof(float));
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // BF16 weights in the kPackedAmxBf16 layout (AVX-512 without AMX; the grid: cpu/packed_tile_grid.h):
 // one 64-byte row is a vdpbf16ps operand whose lane n holds output n's pair. MR rows × G tiles

@@ -166,14 +166,6 @@ void fma_rows(int64_t mr, const float* xf, int64_t xs, const uint16_t* wt, int64
   }
 }
 
-// x [M, K] → fp32 copies zero-padded to Kp, rows xs floats apart (the F16 form's activations).
-void copy_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t xs, float* xf) {
-  for (int64_t m = 0; m < M; ++m) {
-    std::memcpy(xf + m * xs, x + m * K, static_cast<size_t>(K) * sizeof(float));
-    std::memset(xf + m * xs + K, 0, static_cast<size_t>(Kp - K) * sizeof(float));
-  }
-}
-
 template <class Form>
 void matmul_packed_fma(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys, int n,
                        ThreadPool& pool, float* xf) {

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/threadpool.h"
@@ -23,6 +24,14 @@ namespace {
 constexpr int64_t kPackTile = 16 * 32;  // bf16 elements of one packed 16 n × 32 k tile
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// x [M, K] → fp32 copies zero-padded to Kp, rows xs floats apart (the F16 form's activations).
+inline void copy_fp32_rows(const float* x, int64_t M, int64_t K, int64_t Kp, int64_t xs, float* xf) {
+  for (int64_t m = 0; m < M; ++m) {
+    std::memcpy(xf + m * xs, x + m * K, static_cast<size_t>(K) * sizeof(float));
+    std::memset(xf + m * xs + K, 0, static_cast<size_t>(Kp - K) * sizeof(float));
+  }
+}
 
 // Where a micro-kernel's G weight tiles start: ts apart (the matmul's walk over neighbouring
 // tiles; cpu/matmul_avx512.cc also lists them one by one for the greedy screen's finish).

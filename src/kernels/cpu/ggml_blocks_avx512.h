@@ -1,0 +1,63 @@
+// The GGML block unpacking shared by the AVX-512 GGML kernel files (cpu/ggml_avx512.cc: int8
+// activations; cpu/ggml_f32_avx512.cc: fp32 activations). Include only from *_avx512.cc files:
+// everything here is in an anonymous namespace, so each file has its own copy (cpu/cpu_kernels.h's
+// rule).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+
+namespace dfl::cpu::avx512 {
+namespace {
+
+// The block's fp16 scale at p.
+static inline float h2f(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// 16 bytes of packed nibbles → 32 bytes: low nibbles (elements 0..15) then high (16..31).
+static inline __m256i nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+// Unsigned bytes of one 32-element block.
+template <int T>
+inline __m256i unpack32(const uint8_t* b);
+template <>
+inline __m256i unpack32<int(DType::kQ8_0)>(const uint8_t* b) {
+  return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)),
+                          _mm256_set1_epi8(static_cast<char>(0x80)));
+}
+template <>
+inline __m256i unpack32<int(DType::kQ4_0)>(const uint8_t* b) {
+  return nibbles32(b + 2);
+}
+template <>
+inline __m256i unpack32<int(DType::kQ5_0)>(const uint8_t* b) {
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  return _mm256_or_si256(nibbles32(b + 6), _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(16)));
+}
+
+// Q4_K / Q5_K: the 6-bit scale and min of sub-block j from the 12 packed bytes at s.
+static inline void k4_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+
+}  // namespace
+}  // namespace dfl::cpu::avx512
