@@ -62,6 +62,15 @@
 // F16 heads (kPackedF16x16 on AVX-512: one fp32 FMA per k on x itself) take the same screen with
 // x̃ = x (no rounding; K roundings, inside γ_b's 2K + 4) and every finite f16 weight (an f16
 // subnormal is a normal fp32, so nothing is flushed); an inf or NaN weight gets no screen.
+//
+// Q6_K heads (AVX-512; the head of most Q4_K_M / Q5_K_M files): the 6-bit plane of the Q8_0
+// heads, built from the dequantized values as for BF16 (d·sc·(u − 32), exact in fp32), read
+// instead of the Q6_K blocks, whose unpacking and per-16 scales leave their kernel compute-bound
+// at M = 1. Everything else is the Q8_0 plane's: y1 is the Q6_K kernel's q1 half, so
+// P_n = (||e_n|| + γ·||w_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) with γ of the Q6_K kernel and
+// X1 ≥ ||x̂1|| of the 256-block q1 rows, which the plane kernel reads as 32-blocks (each takes its
+// superblock's scale: the same values); candidates are finished as fl(y1 + y2), both halves by
+// ggml_portable_dot (the kernels' bits).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -103,22 +112,37 @@ float residual_norm(const cpu::GgmlAct& a, int64_t m, int64_t ab) {
   return round_up(std::sqrt(s) * (1.0 + 0x1p-40));
 }
 
+// bound_n (top comment) from ||w_n||² and the kernel's γ.
+float weight_bound(double sumsq, double gamma) {
+  return round_up(std::sqrt(sumsq) * (1.0 + gamma) * (1.0 + 0x1p-16));
+}
+
 // Outputs finished exactly beyond which a row is cheaper to compute in full.
 int64_t candidate_cap(int64_t n_out) { return n_out / 16 + 64; }
 
 constexpr float kRel = 0x1p-21f, kHuge = 1e30f;
 
-// Output n, exactly: y1[n] plus the q2 half (the kernels' bits). On the plane (q1 given), y1 is
-// not the kernel's but ŷ1: both halves come from the raw blocks.
-inline float finish_output(float y1, const cpu::GgmlAct* q1, const cpu::GgmlAct& q2, int64_t m,
-                           const WeightMatrix& w, int64_t n, bool simd_q8) {
-  if (simd_q8) {
+// Row m of a (K-element rows of ab-element blocks) as a one-row view.
+cpu::GgmlAct act_row(const cpu::GgmlAct& a, int64_t m, int64_t ab) {
+  cpu::GgmlAct r = a;
+  r.q += m * (a.K + 256);
+  r.d += m * (a.K / ab);
+  r.s16 += m * (a.K / 16);
+  r.s32 += m * (a.K / 32);
+  r.pair = 0;
+  return r;
+}
+
+// Output n of one half (activation rows a: q1 or q2), row m, exactly: the kernels' bits (on
+// AVX-512 their row kernels, else ggml_portable_dot).
+inline float half_output(const cpu::GgmlAct& a, int64_t m, const WeightMatrix& w, int64_t n, bool simd) {
+  if (simd && w.dtype == DType::kQ8_0) {
     const int64_t nb = w.n_in / 32;
     const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * nb * 34;
-    if (q1) y1 = cpu::avx512::q8_0_row_dot(row, q1->q + m * (w.n_in + 256), q1->d + m * nb, nb);
-    return y1 + cpu::avx512::q8_0_row_dot(row, q2.q + m * (w.n_in + 256), q2.d + m * nb, nb);
+    return cpu::avx512::q8_0_row_dot(row, a.q + m * (w.n_in + 256), a.d + m * nb, nb);
   }
-  return y1 + ggml_portable_dot(q2, m, w, n);
+  if (simd) return cpu::avx512::ggml_row_dot(act_row(a, m, act_block(w.dtype)), w, n);
+  return ggml_portable_dot(a, m, w, n);
 }
 
 // The first largest of the candidates idx[0..count) (increasing n) by their exact outputs
@@ -141,9 +165,11 @@ int32_t first_max(const int32_t* idx, int64_t count, Exact&& exact) {
 }
 
 // The greedy pick of one row from its y1 row, or -1: compute this row in full. idx / hi: scratch
-// of candidate_cap(V) entries. Plane (q1 non-null, AVX-512 Q8_0 only): y1 is ŷ1, and the
-// half-width adds plane_bound·X1.
-int32_t finish_row(const float* y1, const float* bound, int64_t V, float R, const cpu::GgmlAct& q2,
+// of candidate_cap(V) entries. Plane (q1 non-null, AVX-512 Q8_0 / Q6_K): y1 is ŷ1, and the
+// half-width adds plane_bound·X1; the candidates' exact y1 (the q1 half, written over ŷ1) then
+// take the screen without the plane — every maximum is among them, so the largest lower end
+// of their intervals still bounds it — and only those left are finished with their q2 half.
+int32_t finish_row(float* y1, const float* bound, int64_t V, float R, const cpu::GgmlAct& q2,
                    int64_t m, const WeightMatrix& w, IsaLevel isa, int32_t* idx, float* hi,
                    const cpu::GgmlAct* q1 = nullptr, const float* plane_bound = nullptr,
                    float X1 = 0) {
@@ -170,8 +196,23 @@ int32_t finish_row(const float* y1, const float* bound, int64_t V, float R, cons
       idx[count++] = static_cast<int32_t>(n);
     }
   }
-  const bool simd_q8 = isa == IsaLevel::kAvx512 && w.dtype == DType::kQ8_0;
-  return first_max(idx, count, [&](int64_t n) { return finish_output(y1[n], q1, q2, m, w, n, simd_q8); });
+  const bool simd = isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(int(w.dtype));
+  if (q1) {
+    float L = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = y1[idx[i]] = half_output(*q1, m, w, idx[i], simd);
+      if (!(std::fabs(v) <= kHuge)) return -1;
+      const float lo = v - (bound[idx[i]] * R + std::fabs(v) * kRel);
+      L = lo > L ? lo : L;
+    }
+    int64_t kept = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = y1[idx[i]];
+      if (v + (bound[idx[i]] * R + std::fabs(v) * kRel) >= L) idx[kept++] = idx[i];
+    }
+    count = kept;
+  }
+  return first_max(idx, count, [&](int64_t n) { return y1[n] + half_output(q2, m, w, n, simd); });
 }
 
 // The moving average of the fallback rate (weight 1/8 per chunk); above 1/2 the next
@@ -311,65 +352,108 @@ inline bool w16_unscreenable(uint16_t v, bool f16) {
   return e == 0x7f80 || (e == 0 && (v & 0x7f));
 }
 
-// The plane of a BF16 or F16 weight [V, K] (K % 32 == 0) and its P_n (top comment, "BF16
-// heads"); false (nothing built) when a weight is one the screen cannot bound.
-bool build_plane16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) {
-  const bool f16 = w.dtype == DType::kF16;
+// The plane of a weight given by its exact values, row by row (values(n, out[K]) → false where
+// the row holds one the screen cannot bound, every non-finite one among them), and its
+// P_n = (||e_n|| + gamma·||w_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) (top comment: "BF16 heads" with
+// gamma = 0, "Q6_K heads"); false (nothing built) on such a row or a non-finite bound. Built
+// where the plane is read: on AVX-512 (its block steps are AVX-512 code).
+// bound (optional, [V]): bound_n from the same pass (weight_bound).
+template <class RowValues>
+bool build_value_plane(const WeightMatrix& w, double gamma, RowValues&& values, ArgmaxScreen& s,
+                       ThreadPool* pool, float* bound = nullptr) {
   const int64_t K = w.n_in, nb = K / 32, V = w.n_out, tiles = (V + 15) / 16;
   auto plane = std::make_shared<HugeArray<uint8_t>>(size_t(tiles * nb * cpu::kQ8PlaneBlockBytes));
   s.plane_bound.assign(size_t(V), 0.0f);
   const double gamma_p = plane_gamma(nb);
-  const uint16_t* wb = static_cast<const uint16_t*>(w.data);
   uint8_t* out = plane->data();
   std::atomic<bool> ok{true};
   auto run = [&](int64_t t0, int64_t t1, int) {
+    std::vector<float> rows(size_t(16 * K));
     for (int64_t t = t0; t < t1; ++t) {
-      double ee[16] = {}, hh[16] = {};
+      const int on = int(std::min<int64_t>(16, V - 16 * t));  // padding outputs: all-zero bytes
+      for (int o = 0; o < on; ++o)
+        if (!values(16 * t + o, rows.data() + o * K)) ok = false;
+      if (!ok) return;
+      double sums[16][3] = {};  // per output Σ e², Σ w², Σ ŵ²
       for (int64_t b = 0; b < nb; ++b) {
         uint8_t* bp = out + (t * nb + b) * cpu::kQ8PlaneBlockBytes;
-        for (int o = 0; o < 16; ++o) {
-          const int64_t n = 16 * t + o;
-          if (n >= V) continue;  // padding outputs: all-zero bytes (u = 0, d = +0)
-          const uint16_t* wr = wb + n * K + b * 32;
-          double amax = 0;
-          for (int k = 0; k < 32; ++k) {
-            if (w16_unscreenable(wr[k], f16)) ok = false;
-            amax = std::max(amax, std::fabs(double(w16_at(wr, k, f16))));
+        for (int o = 0; o < on; ++o) {
+          const float* wr = rows.data() + o * K + b * 32;
+          const double amax = double(cpu::avx512::plane_block_absmax(wr));
+          if (!(amax <= 65504.0 * 127)) {  // a scale past fp16 (every value is finite: values())
+            ok = false;
+            return;
           }
           uint16_t d16 = f32_to_f16(float(amax / 127));
           if (double(f16_to_f32(d16)) * 127 < amax) ++d16;  // round up: |w / d| ≤ 127
-          const double d = double(f16_to_f32(d16)), inv = d > 0 ? 1.0 / d : 0.0;
           uint8_t u[32];
-          for (int k = 0; k < 32; ++k) {  // (any rounding of w / d will do: e is measured)
-            const double wk = double(w16_at(wr, k, f16));
-            const int q = std::clamp(int(std::lrint(wk * inv)), -127, 127);
-            const int h = q >> 2;
-            const double wh = d * (4 * h + 1.5);
-            u[k] = uint8_t(h + 32);
-            ee[o] += (wk - wh) * (wk - wh);
-            hh[o] += wh * wh;
-          }
+          cpu::avx512::plane_block_values(wr, d16, u, sums[o]);
           pack_plane_output(bp, o, u, d16);
         }
       }
-      for (int o = 0; o < 16 && 16 * t + o < V; ++o)
-        s.plane_bound[size_t(16 * t + o)] =
-            round_up((std::sqrt(ee[o]) + gamma_p * std::sqrt(hh[o])) * (1.0 + 0x1p-16));
+      for (int o = 0; o < on; ++o) {
+        const double p =
+            (std::sqrt(sums[o][0]) + gamma * std::sqrt(sums[o][1]) + gamma_p * std::sqrt(sums[o][2])) * (1.0 + 0x1p-16);
+        if (!(p <= 1e30)) ok = false;
+        s.plane_bound[size_t(16 * t + o)] = round_up(p);
+        if (bound) bound[16 * t + o] = weight_bound(sums[o][1], gamma);
+      }
     }
   };
   if (pool)
     pool->parallel_for(tiles, run, 16);
   else
     run(0, tiles, 0);
-  if (!ok) return false;
+  if (!ok) {
+    s.plane_bound.clear();
+    return false;
+  }
   s.plane = std::move(plane);
   return true;
 }
 
-// ŷ1 [M, V] on the plane from the q1 rows (a: plain rows, 32-blocks).
-void plane_matmul(const cpu::GgmlAct& a, int64_t M, const ArgmaxScreen& s, int64_t V, float* y,
-                  ThreadPool& pool) {
-  const int64_t nb = a.K / 32;
+// The plane of a BF16 or F16 weight [V, K] (K % 32 == 0): its values exact in fp32; false
+// (nothing built) when a weight is one the screen cannot bound.
+bool build_plane16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) {
+  const bool f16 = w.dtype == DType::kF16;
+  const int64_t K = w.n_in;
+  const uint16_t* wb = static_cast<const uint16_t*>(w.data);
+  return build_value_plane(w, 0.0, [&](int64_t n, float* row) {
+    bool ok = true;
+    for (int64_t k = 0; k < K; ++k) {
+      ok &= !w16_unscreenable(wb[n * K + k], f16);  // (and so finite)
+      row[k] = w16_at(wb + n * K, k, f16);
+    }
+    return ok;
+  }, s, pool);
+}
+
+// The plane of a Q6_K weight (AVX-512; top comment, "Q6_K heads") and its bound_n (s.bound
+// sized): its dequantized values are exact in fp32 (d·sc·(u − 32): 11 + 7 + 6 significant bits).
+bool build_plane_q6k(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPool* pool) {
+  const int64_t K = w.n_in, rb = dtype_row_bytes(w.dtype, K);
+  return build_value_plane(w, gamma, [&](int64_t n, float* row) {
+    ref::dequant_row(w.dtype, static_cast<const uint8_t*>(w.data) + n * rb, K, row);
+    float z = 0.0f;  // NaN iff a value is inf or NaN (a file's fp16 scale)
+    for (int64_t k = 0; k < K; ++k) z += row[k] * 0.0f;
+    return z == 0.0f;
+  }, s, pool, s.bound.data());
+}
+
+// ŷ1 [M, V] on the plane from the q1 rows (a: plain rows of ab-element blocks, ab a multiple of
+// 32: each 32-block of a larger one takes its scale).
+void plane_matmul(const cpu::GgmlAct& a_in, int64_t ab, int64_t M, const ArgmaxScreen& s, int64_t V,
+                  float* y, ThreadPool& pool) {
+  const int64_t nb = a_in.K / 32;
+  cpu::GgmlAct a = a_in;
+  thread_local std::vector<float> d32;
+  if (ab != 32) {
+    if (d32.size() < size_t(M * nb)) d32.resize(size_t(M * nb));
+    const int64_t per = ab / 32, nab = a_in.K / ab;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t b = 0; b < nb; ++b) d32[size_t(m * nb + b)] = a_in.d[m * nab + b / per];
+    a.d = d32.data();
+  }
   // u = h + 32: Σ ŵ·x̂ = d·dx·(4·Σh·q + 1.5·Σq), Σh·q = Σu·q − 32·Σq (the chains' start)
   const cpu::Q32Panel p = cpu::q32_panel(a, M, -32, 4.0f);
   thread_local std::vector<float> cs;
@@ -442,14 +526,16 @@ ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
       ref::dequant_row(w.dtype, static_cast<const uint8_t*>(w.data) + n * rb, K, row.data());
       double ss = 0;
       for (float v : row) ss += double(v) * v;
-      s.bound[size_t(n)] = round_up(std::sqrt(ss) * (1.0 + gamma) * (1.0 + 0x1p-16));
+      s.bound[size_t(n)] = weight_bound(ss, gamma);
     }
   };
+  // A Q6_K plane's pass over the values gives the bounds too.
+  if (int8_isa() == IsaLevel::kAvx512 && w.dtype == DType::kQ6_K && build_plane_q6k(w, gamma, s, pool)) return s;
   if (pool)
     pool->parallel_for(w.n_out, rows, 256);
   else
     rows(0, w.n_out, 0);
-  if (w.dtype == DType::kQ8_0 && int8_isa() == IsaLevel::kAvx512) build_plane(w, gamma, s, pool);
+  if (int8_isa() == IsaLevel::kAvx512 && w.dtype == DType::kQ8_0) build_plane(w, gamma, s, pool);
   return s;
 }
 
@@ -499,7 +585,7 @@ void head16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& 
     q1.reserve(M, K, 32);
     q1.quantize(xt.data(), M, 0, nullptr, isa, pool);
     const cpu::GgmlAct a1 = q1.view(0);
-    plane_matmul(a1, M, screen, V, y1.data(), pool);
+    plane_matmul(a1, 32, M, screen, V, y1.data(), pool);
     g_plane.fetch_add(uint64_t(M), std::memory_order_relaxed);
     // (thread_local buffers are named through pointers: in a worker, they are the worker's own)
     const float* y1p = y1.data();
@@ -574,7 +660,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     q2.quantize(resid.data(), M, 0, nullptr, isa, pool);
     const cpu::GgmlAct a1 = q1.view(0);
     if (on_plane) {
-      plane_matmul(a1, M, screen, V, y1.data(), pool);
+      plane_matmul(a1, ab, M, screen, V, y1.data(), pool);
       g_plane.fetch_add(uint64_t(M), std::memory_order_relaxed);
     } else {
       ggml_kernel(a1, M, w, y1.data(), pool, isa, amx);
@@ -582,7 +668,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     }
     // (thread_local buffers are named through pointers: in a worker, y1 is the worker's own)
     const cpu::GgmlAct a2 = q2.view(0);
-    const float* y1p = y1.data();
+    float* y1p = y1.data();
     const int64_t cap = candidate_cap(V);
     if (idx.size() < static_cast<size_t>(M * cap)) idx.resize(static_cast<size_t>(M * cap));
     if (his.size() < static_cast<size_t>(M * cap)) his.resize(static_cast<size_t>(M * cap));

@@ -281,6 +281,73 @@ TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
   EXPECT_EQ(ops::argmax_stats().plane_rows, before.plane_rows);
 }
 
+// One Q6_K superblock (ggml's block_q6_K: ql[128], qh[64], scales[16], d f16) from d, the 16
+// sub-block scales and the 256 values v ∈ [−32, 31]: element e is d·sc[e / 16]·v[e].
+void put_q6k(uint8_t* blk, float d, const int8_t* sc, const int* v) {
+  std::memset(blk, 0, 210);
+  for (int e = 0; e < 256; ++e) {  // e = 128n + 32i + l: ql[64n + 32(i % 2) + l], qh[32n + l]
+    const int u = v[e] + 32, n = e / 128, i = (e % 128) / 32, l = e % 32;
+    blk[64 * n + 32 * (i % 2) + l] |= uint8_t(i < 2 ? (u & 15) : (u & 15) << 4);
+    blk[128 + 32 * n + l] |= uint8_t(((u >> 4) & 3) << (2 * i));
+  }
+  std::memcpy(blk + 192, sc, 16);
+  test::put_f16(blk + 208, d);
+}
+
+// The 6-bit plane of a Q6_K head (AVX-512: the head of most Q4_K_M files), made from its
+// dequantized values (ggml_argmax.cc, "Q6_K heads"): a row the plane reads high must not hide
+// the true winner it reads low. K = 512, d = 1/64; x = 1 on the odd sub-blocks of 16, 0 on the
+// even ones (x̂1 exact). Row kA: every value 31 (sc 64, v 31): the plane's scale rounds 31/127 up
+// to 0.244140625 and reads q = 127 as 125.5·that = 30.640, so y = 256·31 = 7936, ŷ1 = 7843.8.
+// Row kB: even sub-blocks 31.125 (sc 83, v 24: they set the 32-block's plane scale to
+// 0.2451171875, x = 0 there), odd ones 30.5 (sc 122, v 16: q = 124, read as 125.5·0.2451 =
+// 30.762): y = 7808 < 7936, ŷ1 = 7875.1 > 7843.8 — on the plane alone kB wins. kA2 repeats kA
+// (the first wins). The other rows are random at d = 1e-4 (|y| ≤ ~100). N = 1003.
+TEST(MatmulArgmax, Q6kPlaneRowsReadHighDoNotHideTheWinner) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "the plane is built on AVX-512 machines";
+  ThreadPool pool(2);
+  ActScope act(GgmlActivations::kInt8x2);
+  constexpr int64_t N = 1003, K = 512, ns = K / 256, kA = 611, kA2 = 998, kB = 5;
+  auto wb = test::random_blocks(DType::kQ6_K, N, K, 21);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t s = 0; s < ns; ++s) test::put_f16(wb.data() + (r * ns + s) * 210 + 208, 1e-4f);
+  for (int64_t r : {kA, kA2, kB})
+    for (int64_t s = 0; s < ns; ++s) {
+      int8_t sc[16];
+      int v[256];
+      for (int j = 0; j < 16; ++j) sc[j] = int8_t(r == kB ? (j % 2 ? 122 : 83) : 64);
+      for (int e = 0; e < 256; ++e) v[e] = r == kB ? ((e / 16) % 2 ? 16 : 24) : 31;
+      put_q6k(wb.data() + (r * ns + s) * 210, 1.0f / 64, sc, v);
+    }
+  const WeightMatrix w = ggml_weight(DType::kQ6_K, N, K, wb.data());
+  const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
+  ASSERT_TRUE(screen.plane) << "a Q6_K screen on AVX-512 has its plane";
+  const PackedWeight pw = prepack_weight(w, &pool);
+  for (const test::PathConfig& path : test::paths_over({IsaLevel::kAvx512})) {
+    test::PathScope scope(path);
+    for (int64_t M : {1, 3, 16, 17, 33}) {
+      std::vector<float> x(size_t(M * K));
+      for (int64_t m = 0; m < M; ++m)  // rows differ in scale only: kA everywhere
+        for (int64_t k = 0; k < K; ++k) x[size_t(m * K + k)] = (k / 16) % 2 ? 1.0f + 0.25f * float(m % 5) : 0.0f;
+      const auto want = reference_argmax(x.data(), M, w, pool);
+      ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(kA))) << "the construction";
+      for (const WeightMatrix* wm : {&w, &pw.matrix()}) {
+        const bool amx = ops::ggml_amx_for(*wm, std::min<int64_t>(M, cpu::amx::kGgmlAmxMaxRows),
+                                           IsaLevel::kAvx512);
+        const ops::ArgmaxStats before = ops::argmax_stats();
+        EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << path.name << " M=" << M;
+        const ops::ArgmaxStats after = ops::argmax_stats();
+        EXPECT_EQ(after.plane_rows - before.plane_rows, amx ? 0u : uint64_t(M)) << path.name << " M=" << M;
+        EXPECT_EQ(after.full_rows, before.full_rows) << path.name << " M=" << M;
+        EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << path.name << " M=" << M;
+        // kA, kA2 and kB pass the plane's screen; on their exact q1 halves kB falls out, so
+        // kA and kA2 alone are finished (on the plane; without it kB never passes).
+        EXPECT_EQ(after.candidates - before.candidates, uint64_t(2 * M)) << path.name << " M=" << M;
+      }
+    }
+  }
+}
+
 // BF16 heads (prepacked: the AVX-512 packed kernel without AMX) and F16 heads (prepacked: its
 // F16 form) are screened on a 6-bit plane of their own (ggml_argmax.cc, "BF16 heads", "F16
 // heads"); the screen is built with AMX off, as the engine on a machine without AMX builds it.

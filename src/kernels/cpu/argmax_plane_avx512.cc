@@ -64,6 +64,37 @@ inline void plane_rows(const __m512i u[8], __m512 d, const int8_t* xq, const int
 
 }  // namespace
 
+float plane_block_absmax(const float* w) {
+  const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(w)), b = _mm512_abs_ps(_mm512_loadu_ps(w + 16));
+  return _mm512_reduce_max_ps(_mm512_max_ps(a, b));
+}
+
+void plane_block_values(const float* w, uint16_t d16, uint8_t* u, double* sums) {
+  const float d = _cvtsh_ss(d16);
+  const __m512 inv = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f), dv = _mm512_set1_ps(d);
+  __m512d e2 = _mm512_setzero_pd(), w2 = _mm512_setzero_pd(), h2 = _mm512_setzero_pd();
+  for (int half = 0; half < 2; ++half) {
+    const __m512 wv = _mm512_loadu_ps(w + 16 * half);
+    __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(wv, inv));  // (any rounding will do)
+    q = _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    const __m512i h = _mm512_srai_epi32(q, 2);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(u + 16 * half), _mm512_cvtepi32_epi8(_mm512_add_epi32(h, _mm512_set1_epi32(32))));
+    // ŵ = d·(4h + 1.5): 11 × 8 significant bits, exact in fp32
+    const __m512 wh = _mm512_mul_ps(dv, _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_slli_epi32(h, 2)), _mm512_set1_ps(1.5f)));
+    for (int i = 0; i < 2; ++i) {
+      const __m512d wd = _mm512_cvtps_pd(i ? _mm512_extractf32x8_ps(wv, 1) : _mm512_castps512_ps256(wv));
+      const __m512d hd = _mm512_cvtps_pd(i ? _mm512_extractf32x8_ps(wh, 1) : _mm512_castps512_ps256(wh));
+      const __m512d e = _mm512_sub_pd(wd, hd);  // exact in double
+      e2 = _mm512_fmadd_pd(e, e, e2);
+      w2 = _mm512_fmadd_pd(wd, wd, w2);
+      h2 = _mm512_fmadd_pd(hd, hd, h2);
+    }
+  }
+  sums[0] += _mm512_reduce_add_pd(e2);
+  sums[1] += _mm512_reduce_add_pd(w2);
+  sums[2] += _mm512_reduce_add_pd(h2);
+}
+
 void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dx4, const float* c, int64_t M,
                       const uint8_t* plane, int64_t nb, int64_t n_out, float* y, int64_t t0,
                       int64_t t1) {

@@ -109,9 +109,18 @@ float q8_0_row_dot(const uint8_t* row, const int8_t* q, const float* dx, int64_t
 void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dx4, const float* c, int64_t M,
                       const uint8_t* plane, int64_t nb, int64_t n_out, float* y, int64_t t0,
                       int64_t t1);
+// Building a plane from exact fp32 values (kernels/ggml_argmax.cc, build_value_plane), one
+// 32-block of one output w[32] (finite): its largest |w|, then for the plane scale d16 (fp16,
+// d·127 ≥ that) u[k] = (q >> 2) + 32 with q = the rounding of w / d clamped to ±127, and
+// Σ (w − ŵ)², Σ w², Σ ŵ² (ŵ = d·(4h + 1.5), in double) added to sums[0], [1], [2].
+float plane_block_absmax(const float* w);
+void plane_block_values(const float* w, uint16_t d16, uint8_t* u, double* sums);
 // GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
 bool ggml_supported(int dtype);
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
+// Output n of a supported GGML weight for the one activation row of `a` (its row 0, pair 0),
+// on the calling thread: the bits of matmul_ggml (the screen's exact finish).
+float ggml_row_dot(const GgmlAct& a, const WeightMatrix& w, int64_t n);
 // The int8 activation quantization of the GGML kernels (cpu/ggml_quant_avx512.cc): the bits of
 // the scalar quantize_act of kernels/ggml_matmul.cc. x: [M, K]; q: [M, K + 256] (the 256 pad
 // bytes zeroed); d: [M, K / ab]; s16: [M, K / 16]; s32: [M, K / 32]; ab = 32 or 256.

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/ggml_blocks_avx512.h"
 #include "kernels/cpu/simd_avx512.h"
@@ -218,6 +219,24 @@ void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, T
       16);
 }
 
+float ggml_row_dot(const GgmlAct& a, const WeightMatrix& w, int64_t n) {
+  WeightMatrix one = w;  // row n alone: the kernels write y[0]
+  one.data = static_cast<const uint8_t*>(w.data) + n * dtype_row_bytes(w.dtype, w.n_in);
+  one.n_out = 1;
+  GgmlAct a1 = a;
+  a1.pair = 0;
+  float y = 0.0f;
+  switch (w.dtype) {
+    case DType::kQ8_0: range32<int(DType::kQ8_0)>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ4_0: range32<int(DType::kQ4_0)>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ5_0: range32<int(DType::kQ5_0)>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ4_K: range_k45<false>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ5_K: range_k45<true>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ6_K: range_q6k(a1, 1, one, &y, 0, 1); break;
+    default: DFL_ASSERT(false);
+  }
+  return y;
+}
 
 // ---- Q4_K repacked for 16 outputs per lane group (ops.h kPackedQ4K16) ---------------------------
 // Per tile of 16 outputs, per superblock (kQ4K16SuperBytes bytes):

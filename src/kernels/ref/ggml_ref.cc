@@ -103,12 +103,21 @@ void dequant_block(DType t, const uint8_t* b, float* out) {
         for (int l = 0; l < 32; ++l) out[32 * j + l] = d * static_cast<float>(k45_quant(t, b, j, l)) - dm;
       }
       return;
-    case DType::kQ6_K:
-      for (int s16 = 0; s16 < 16; ++s16) {
-        const float d = q6k_scale(b, s16);
-        for (int i = 16 * s16; i < 16 * s16 + 16; ++i) out[i] = d * static_cast<float>(q6k_quant(b, i));
-      }
+    case DType::kQ6_K: {  // q6k_quant's bytes in their storage order: 4 elements per (h, l)
+      float ds[16];
+      for (int s16 = 0; s16 < 16; ++s16) ds[s16] = q6k_scale(b, s16);
+      for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 32; ++l) {
+          const int lo0 = b[64 * h + l], lo1 = b[64 * h + 32 + l], hb = b[128 + 32 * h + l];
+          const int q[4] = {(lo0 & 0xF) | ((hb & 3) << 4), (lo1 & 0xF) | (((hb >> 2) & 3) << 4),
+                            (lo0 >> 4) | (((hb >> 4) & 3) << 4), (lo1 >> 4) | (((hb >> 6) & 3) << 4)};
+          for (int g = 0; g < 4; ++g) {
+            const int i = 128 * h + 32 * g + l;
+            out[i] = ds[i / 16] * static_cast<float>(q[g] - 32);
+          }
+        }
       return;
+    }
     default:  // Q4_1, Q5_1: element by element
       for (int64_t i = 0; i < dtype_block_elems(t); ++i) out[i] = dequant_block_elem(t, b, i);
   }
