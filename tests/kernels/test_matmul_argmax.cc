@@ -281,6 +281,32 @@ TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
   EXPECT_EQ(ops::argmax_stats().plane_rows, before.plane_rows);
 }
 
+// The screens' exact finish on AVX-512 (cpu::avx512::ggml_row_dot): one output of one int8 row
+// by the row kernels, bit for bit the matmul's output (prepacked weights: the tile kernels).
+TEST(MatmulArgmax, RowDotIsTheMatmulsBits) {
+  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "an AVX-512 kernel";
+  ThreadPool pool(2);
+  ActScope act(GgmlActivations::kInt8);
+  test::IsaScope isa(IsaLevel::kAvx512);
+  constexpr int64_t K = 512, N = 37, M = 5;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    const auto wb = test::random_blocks(t, N, K, 40 + static_cast<uint32_t>(t));
+    const WeightMatrix w = ggml_weight(t, N, K, wb.data());
+    const PackedWeight pw = prepack_weight(w, &pool);
+    const auto x = test::randn(size_t(M * K), 41);
+    std::vector<float> y(size_t(M * N));
+    ops::matmul(x.data(), M, pw.matrix(), y.data(), pool);
+    ops::GgmlActRows a;
+    a.reserve(M, K, ops::act_block(t));
+    a.quantize(x.data(), M, 0, nullptr, IsaLevel::kAvx512, pool);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        const float v = cpu::avx512::ggml_row_dot(a.view(m), w, n), want = y[size_t(m * N + n)];
+        EXPECT_EQ(std::memcmp(&v, &want, 4), 0) << dtype_name(t) << " m=" << m << " n=" << n << ": " << v << " vs " << want;
+      }
+  }
+}
+
 // One Q6_K superblock (ggml's block_q6_K: ql[128], qh[64], scales[16], d f16) from d, the 16
 // sub-block scales and the 256 values v ∈ [−32, 31]: element e is d·sc[e / 16]·v[e].
 void put_q6k(uint8_t* blk, float d, const int8_t* sc, const int* v) {
