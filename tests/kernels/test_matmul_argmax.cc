@@ -223,6 +223,41 @@ TEST(MatmulArgmax, AScreenThatKeepsFailingStepsAside) {
   EXPECT_GE(grew, 3u);
 }
 
+// A plane test's picks: on the AVX-512 paths (AMX off — the plane for every call — then on where
+// usable: a call that takes the AMX kernel screens on it instead), M = 1, 3, 16, 17, 33, raw and
+// prepacked w, row m of x = mask(k)·(1 + 0.25·(m % 5)) (rows differ in scale only): every pick is
+// `winner` and equals the logits', every row screened, on the plane unless AMX took the call,
+// none in full; `finished`(M), when given, the outputs finished with their q2 half.
+template <class Mask>
+void expect_plane_picks(const WeightMatrix& w, const ops::ArgmaxScreen& screen, int64_t winner,
+                        Mask&& mask, int64_t finished_per_row, ThreadPool& pool) {
+  const int64_t K = w.n_in;
+  const PackedWeight pw = prepack_weight(w, &pool);
+  for (const test::PathConfig& path : test::paths_over({IsaLevel::kAvx512})) {
+    test::PathScope scope(path);
+    for (int64_t M : {1, 3, 16, 17, 33}) {
+      std::vector<float> x(size_t(M * K));
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) x[size_t(m * K + k)] = mask(k) * (1.0f + 0.25f * float(m % 5));
+      const auto want = reference_argmax(x.data(), M, w, pool);
+      ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(winner))) << "the construction";
+      for (const WeightMatrix* wm : {&w, &pw.matrix()}) {
+        const bool amx = ops::ggml_amx_for(*wm, std::min<int64_t>(M, cpu::amx::kGgmlAmxMaxRows),
+                                           IsaLevel::kAvx512);
+        EXPECT_TRUE(path.amx || !amx) << path.name;
+        const ops::ArgmaxStats before = ops::argmax_stats();
+        EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << path.name << " M=" << M;
+        const ops::ArgmaxStats after = ops::argmax_stats();
+        EXPECT_EQ(after.plane_rows - before.plane_rows, amx ? 0u : uint64_t(M)) << path.name << " M=" << M;
+        EXPECT_EQ(after.full_rows, before.full_rows) << path.name << " M=" << M;
+        EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << path.name << " M=" << M;
+        if (finished_per_row > 0 && !amx)
+          EXPECT_EQ(after.candidates - before.candidates, uint64_t(finished_per_row * M)) << path.name << " M=" << M;
+      }
+    }
+  }
+}
+
 // The 6-bit plane of a Q8_0 head (AVX-512): a row whose dropped low bits all lean its way must
 // stay a candidate. x = all ones (q1 exact, q2 = 0). Row kA: q = 23 = 4·5 + 3 everywhere: y =
 // 0.01·640·23 = 147.2, but the plane reads 4·5 + 1.5: ŷ1 = 137.6. Row kB: q = 22 (h 5, l 2) on
@@ -249,30 +284,7 @@ TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
   const WeightMatrix w = ggml_weight(DType::kQ8_0, N, kK, wb.data());
   const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
   ASSERT_TRUE(screen.plane) << "a Q8_0 screen on AVX-512 has its plane";
-  const PackedWeight pw = prepack_weight(w, &pool);
-  // AMX off (the plane for every call), then AMX on where usable: there a call that takes the
-  // AMX kernel (ggml_amx_for: packed, enough rows) screens on it instead of on the plane.
-  for (const test::PathConfig& path : test::paths_over({IsaLevel::kAvx512})) {
-    test::PathScope scope(path);
-    for (int64_t M : {1, 3, 16, 17, 33}) {
-      std::vector<float> x(size_t(M * kK), 1.0f);
-      for (int64_t m = 0; m < M; ++m)  // rows differ in scale only: kA everywhere
-        for (int64_t k = 0; k < kK; ++k) x[size_t(m * kK + k)] = 1.0f + 0.25f * float(m % 5);
-      const auto want = reference_argmax(x.data(), M, w, pool);
-      ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(kA))) << "the construction";
-      for (const WeightMatrix* wm : {&w, &pw.matrix()}) {
-        const bool amx = ops::ggml_amx_for(*wm, std::min<int64_t>(M, cpu::amx::kGgmlAmxMaxRows),
-                                           IsaLevel::kAvx512);
-        EXPECT_TRUE(path.amx || !amx) << path.name;
-        const ops::ArgmaxStats before = ops::argmax_stats();
-        EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << path.name << " M=" << M;
-        const ops::ArgmaxStats after = ops::argmax_stats();
-        EXPECT_EQ(after.plane_rows - before.plane_rows, amx ? 0u : uint64_t(M)) << path.name << " M=" << M;
-        EXPECT_EQ(after.full_rows, before.full_rows) << path.name << " M=" << M;
-        EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << path.name << " M=" << M;
-      }
-    }
-  }
+  expect_plane_picks(w, screen, kA, [](int64_t) { return 1.0f; }, 0, pool);
   // Below AVX-512 the same screen runs without its plane, with the same picks.
   test::IsaScope avx2(IsaLevel::kAvx2);
   const std::vector<float> x(size_t(2 * kK), 1.0f);
@@ -348,30 +360,9 @@ TEST(MatmulArgmax, Q6kPlaneRowsReadHighDoNotHideTheWinner) {
   const WeightMatrix w = ggml_weight(DType::kQ6_K, N, K, wb.data());
   const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
   ASSERT_TRUE(screen.plane) << "a Q6_K screen on AVX-512 has its plane";
-  const PackedWeight pw = prepack_weight(w, &pool);
-  for (const test::PathConfig& path : test::paths_over({IsaLevel::kAvx512})) {
-    test::PathScope scope(path);
-    for (int64_t M : {1, 3, 16, 17, 33}) {
-      std::vector<float> x(size_t(M * K));
-      for (int64_t m = 0; m < M; ++m)  // rows differ in scale only: kA everywhere
-        for (int64_t k = 0; k < K; ++k) x[size_t(m * K + k)] = (k / 16) % 2 ? 1.0f + 0.25f * float(m % 5) : 0.0f;
-      const auto want = reference_argmax(x.data(), M, w, pool);
-      ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(kA))) << "the construction";
-      for (const WeightMatrix* wm : {&w, &pw.matrix()}) {
-        const bool amx = ops::ggml_amx_for(*wm, std::min<int64_t>(M, cpu::amx::kGgmlAmxMaxRows),
-                                           IsaLevel::kAvx512);
-        const ops::ArgmaxStats before = ops::argmax_stats();
-        EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << path.name << " M=" << M;
-        const ops::ArgmaxStats after = ops::argmax_stats();
-        EXPECT_EQ(after.plane_rows - before.plane_rows, amx ? 0u : uint64_t(M)) << path.name << " M=" << M;
-        EXPECT_EQ(after.full_rows, before.full_rows) << path.name << " M=" << M;
-        EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << path.name << " M=" << M;
-        // kA, kA2 and kB pass the plane's screen; on their exact q1 halves kB falls out, so
-        // kA and kA2 alone are finished (on the plane; without it kB never passes).
-        EXPECT_EQ(after.candidates - before.candidates, uint64_t(2 * M)) << path.name << " M=" << M;
-      }
-    }
-  }
+  // kA, kA2 and kB pass the plane's screen; on their exact q1 halves kB falls out, so kA and
+  // kA2 alone are finished (without the plane kB never passes).
+  expect_plane_picks(w, screen, kA, [](int64_t k) { return (k / 16) % 2 ? 1.0f : 0.0f; }, 2, pool);
 }
 
 // BF16 heads (prepacked: the AVX-512 packed kernel without AMX) and F16 heads (prepacked: its
