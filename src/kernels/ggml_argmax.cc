@@ -65,12 +65,19 @@
 //
 // Q6_K heads (AVX-512; the head of most Q4_K_M / Q5_K_M files): the 6-bit plane of the Q8_0
 // heads, built from the dequantized values as for BF16 (d·sc·(u − 32), exact in fp32), read
-// instead of the Q6_K blocks, whose unpacking and per-16 scales leave their kernel compute-bound
-// at M = 1. Everything else is the Q8_0 plane's: y1 is the Q6_K kernel's q1 half, so
+// instead of the Q6_K blocks, whose unpacking and per-16 integer scales make their kernel
+// compute-bound on verify-sized batches (the plane is no smaller: 0.81 against 0.82 bytes per
+// weight). Everything else is the Q8_0 plane's: y1 is the Q6_K kernel's q1 half, so
 // P_n = (||e_n|| + γ·||w_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) with γ of the Q6_K kernel and
 // X1 ≥ ||x̂1|| of the 256-block q1 rows, which the plane kernel reads as 32-blocks (each takes its
-// superblock's scale: the same values); candidates are finished as fl(y1 + y2), both halves by
-// ggml_portable_dot (the kernels' bits).
+// superblock's scale: the same values); candidates are finished as fl(y1 + y2), both halves from
+// the raw blocks (the AVX-512 row kernels: the kernels' bits).
+//
+// On either plane the finish runs in two stages (finish_row): the candidates' exact y1 first,
+// then the screen without the plane over them alone (B_n = bound_n·R + 2⁻²¹·|y1_n| around the
+// exact y1: every maximum is among the candidates, so the largest lower end among them is still
+// below the best y), and only those left get their q2 half. Cauchy–Schwarz on e is loose (~150–
+// 200 candidates per row on real text); the q2 bound is tight (a few).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
