@@ -96,6 +96,25 @@ void BM_AttentionPaged(benchmark::State& st, int32_t H, int32_t KVH, int32_t dqk
                                             benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// One attention call's inputs beside a cache: n_q random queries at the last n_q of n_kv positions.
+struct AttnCall {
+  std::vector<float> q, out;
+  std::vector<int32_t> qp;
+  AttnParams p;
+  AttnCall(int32_t H, int32_t KVH, int32_t d, int64_t n_q, int64_t n_kv)
+      : q(random_f32(n_q * H * d, 1)), out(static_cast<size_t>(n_q * H * d)), qp(static_cast<size_t>(n_q)) {
+    for (int64_t i = 0; i < n_q; ++i) qp[size_t(i)] = static_cast<int32_t>(n_kv - n_q + i);
+    p.n_heads = H;
+    p.n_kv_heads = KVH;
+    p.d_qk = p.d_v = d;
+    p.scale = 0.088f;
+  }
+  void run(const KvPages& pages) {
+    ops::attention(q.data(), qp.data(), static_cast<int64_t>(qp.size()), pages, p, out.data(), pool());
+    benchmark::DoNotOptimize(out.data());
+  }
+};
+
 // The engine's own cache: one full layer of a KvPool (16-slot pages) in fp32 (kv = 0) or bf16
 // head-major (kv = 1, --kv-dtype bf16), filled by KvPool::write and read through view(): the
 // fp32 vs bf16 cost of decode / verify / prefill attention at the same shape.
@@ -113,19 +132,8 @@ void BM_AttentionKvPool(benchmark::State& st, int32_t H, int32_t KVH, int32_t d)
   kv.commit_length(0, static_cast<int32_t>(n_kv));
   KvViewScratch sc;
   const KvPages pages = kv.view(0, 0, sc);
-  const auto q = random_f32(n_q * H * d, 1);
-  std::vector<int32_t> qp(n_q);
-  for (int64_t i = 0; i < n_q; ++i) qp[i] = static_cast<int32_t>(n_kv - n_q + i);
-  AttnParams p;
-  p.n_heads = H;
-  p.n_kv_heads = KVH;
-  p.d_qk = p.d_v = d;
-  p.scale = 0.088f;
-  std::vector<float> out(n_q * H * d);
-  for (auto _ : st) {
-    ops::attention(q.data(), qp.data(), n_q, pages, p, out.data(), pool());
-    benchmark::DoNotOptimize(out.data());
-  }
+  AttnCall call(H, KVH, d, n_q, n_kv);
+  for (auto _ : st) call.run(pages);
   st.counters["kv_bytes_per_second"] = benchmark::Counter(
       static_cast<double>(n_kv * KVH * 2 * d * kv_dtype_bytes(dt)),
       benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
@@ -149,19 +157,10 @@ void BM_AttentionKvPoolCold(benchmark::State& st, int32_t H, int32_t KVH, int32_
   std::vector<KvViewScratch> sc(static_cast<size_t>(layers));
   std::vector<KvPages> pages;
   for (int32_t il = 0; il < layers; ++il) pages.push_back(kv.view(0, il, sc[size_t(il)]));
-  const auto q = random_f32(n_q * H * d, 1);
-  std::vector<int32_t> qp(n_q);
-  for (int64_t i = 0; i < n_q; ++i) qp[i] = static_cast<int32_t>(n_kv - n_q + i);
-  AttnParams p;
-  p.n_heads = H;
-  p.n_kv_heads = KVH;
-  p.d_qk = p.d_v = d;
-  p.scale = 0.088f;
-  std::vector<float> out(n_q * H * d);
+  AttnCall call(H, KVH, d, n_q, n_kv);
   int64_t il = 0;
   for (auto _ : st) {
-    ops::attention(q.data(), qp.data(), n_q, pages[size_t(il)], p, out.data(), pool());
-    benchmark::DoNotOptimize(out.data());
+    call.run(pages[size_t(il)]);
     il = (il + 1) % layers;
   }
   st.counters["kv_bytes_per_second"] = benchmark::Counter(

@@ -144,7 +144,6 @@ void range_k45(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int
 void range_q6k(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
   constexpr int BB = 210;
   const int64_t K = w.n_in, ns = K / 256, ldq = K + 256;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   __m512i idx[4];
   for (int t = 0; t < 4; ++t)
     idx[t] = _mm512_set_epi32(4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 2, 4 * t + 2,
@@ -159,15 +158,7 @@ void range_q6k(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int
       const __m512i scall = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
       __m512i wv[4], scv[4];
       for (int t = 0; t < 4; ++t) {
-        const int h = t / 2, odd = t % 2;
-        const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
-        const __m512i lo = odd ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4) : _mm512_and_si512(ql, m4);
-        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-        const __m256i qlo = odd ? qh : _mm256_slli_epi16(qh, 4);
-        const __m256i qhi = odd ? _mm256_srli_epi16(qh, 2) : _mm256_slli_epi16(qh, 2);
-        const __m512i hb = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(qlo), qhi, 1), m30);
-        wv[t] = _mm512_or_si512(lo, hb);
+        wv[t] = q6k_values64(blk, t);
         scv[t] = _mm512_permutexvar_epi32(idx[t], scall);
       }
       for (int64_t m = 0; m < M; ++m) {

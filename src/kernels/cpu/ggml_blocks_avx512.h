@@ -47,6 +47,19 @@ inline __m256i unpack32<int(DType::kQ5_0)>(const uint8_t* b) {
   return _mm256_or_si256(nibbles32(b + 6), _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(16)));
 }
 
+// Q6_K: the unsigned 6-bit values u (ggml's q + 32) of elements 64t .. 64t + 63 (t = 0..3) of
+// the 210-byte block blk, in element order.
+static inline __m512i q6k_values64(const uint8_t* blk, int t) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const int h = t / 2, odd = t % 2;
+  const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+  const __m512i lo = odd ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4) : _mm512_and_si512(ql, m4);
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+  const __m256i qlo = odd ? qh : _mm256_slli_epi16(qh, 4);
+  const __m256i qhi = odd ? _mm256_srli_epi16(qh, 2) : _mm256_slli_epi16(qh, 2);
+  return _mm512_or_si512(lo, _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qlo), qhi, 1), m30));
+}
+
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j from the 12 packed bytes at s.
 static inline void k4_scale_min(const uint8_t* s, int j, int* sc, int* m) {
   if (j < 4) {

@@ -69,20 +69,13 @@ void deq_row(int dt, const uint8_t* row, int64_t K, float* out) {
     return;
   }
   // Q6_K
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), o32 = _mm512_set1_epi8(32);
+  const __m512i o32 = _mm512_set1_epi8(32);
   for (int64_t s = 0; s < K / 256; ++s) {
     const uint8_t* blk = row + s * 210;
     const float d = h2f(blk + 208);
     const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
     for (int t4 = 0; t4 < 4; ++t4) {
-      const int h = t4 / 2, odd = t4 % 2;
-      const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
-      const __m512i lo = odd ? _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4) : _mm512_and_si512(ql, m4);
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-      const __m256i qlo = odd ? qh : _mm256_slli_epi16(qh, 4);
-      const __m256i qhi = odd ? _mm256_srli_epi16(qh, 2) : _mm256_slli_epi16(qh, 2);
-      const __m512i q = _mm512_sub_epi8(
-          _mm512_or_si512(lo, _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qlo), qhi, 1), m30)), o32);
+      const __m512i q = _mm512_sub_epi8(q6k_values64(blk, t4), o32);
       const __m128i q0 = _mm512_extracti32x4_epi32(q, 0), q1 = _mm512_extracti32x4_epi32(q, 1),
                     q2 = _mm512_extracti32x4_epi32(q, 2), q3 = _mm512_extracti32x4_epi32(q, 3);
       const __m128i qq[4] = {q0, q1, q2, q3};
