@@ -21,11 +21,12 @@
 // The formats with two terms per block (Q4_1, Q5_1, Q4_K, Q5_K: scale and min) would need a
 // second norm for the rounding bound; they and every other weight take the logits path.
 //
-// The 6-bit plane (Q8_0 on AVX-512, where the head's weight stream is most of a decode step). A
+// The 6-bit plane (Q8_0 on AVX-512 and AVX2, where the head's weight stream is most of a decode
+// step). A
 // weight q (int8) = 4·h + l with h = q >> 2 (−32..31) and l ∈ {0..3}; the plane keeps h only,
 // read as ŵ = d·(4h + 1.5), so w − ŵ = d·(l − 1.5) =: e with |e| ≤ 1.5·d (measured on Gemma-3-
 // 270M's head: ||e_n|| ≈ 2.5 % of ||w_n||, at most 5.5 %). The plane kernel
-// (cpu/argmax_plane_avx512.cc) computes ŷ1 = fl(Σ ŵ·x̂1) (x̂1 = d1·q1) with |ŷ1 − Σ ŵ·x̂1| ≤
+// (cpu/argmax_plane_avx512.cc; cpu/argmax_plane_avx2.cc gives its bits) computes ŷ1 = fl(Σ ŵ·x̂1) (x̂1 = d1·q1) with |ŷ1 − Σ ŵ·x̂1| ≤
 // γ_p·||ŵ||·||x̂1|| (plane_gamma: per block t = fl(4dx·Σh·q1 + c), c = fl(1.5·dx·Σq1), then one
 // fma of d·t into one accumulator — c's rounding is at most 3·2⁻²⁴·||ŵ_b||·||x̂1_b|| since every
 // |ŵ| ≥ d/2 — so γ_p = (nb + 5)·2⁻²³), so against
@@ -41,7 +42,7 @@
 //   d [16 o] f16 (the block's own).
 //
 // BF16 heads (kPackedAmxBf16 on AVX-512 without AMX: the packed kernel, vdpbf16ps or its FMA
-// form). The kernel's output is y = fl(Σ w·x̃), x̃ = bf16(x), one fp32 accumulator per output
+// form; on AVX2 the FMA form). The kernel's output is y = fl(Σ w·x̃), x̃ = bf16(x), one fp32 accumulator per output
 // walking the k pairs in order, every step one or two roundings of exact bf16 products, so
 // |y − Σ w·x̃| ≤ γ_b·||w||·||x̃|| with γ_b = (2K + 4)·2⁻²³ (also under round-toward-zero). The
 // plane is built from w itself: per 32-block d = fp16(max|w| / 127) (rounded up), q = clamp(
@@ -59,11 +60,11 @@
 // full and counts as a miss, so flat heads step aside to the logits. A weight with a bf16
 // denormal, inf or NaN gets no screen.
 //
-// F16 heads (kPackedF16x16 on AVX-512: one fp32 FMA per k on x itself) take the same screen with
+// F16 heads (kPackedF16x16 on AVX-512 and AVX2: one fp32 FMA per k on x itself) take the same screen with
 // x̃ = x (no rounding; K roundings, inside γ_b's 2K + 4) and every finite f16 weight (an f16
 // subnormal is a normal fp32, so nothing is flushed); an inf or NaN weight gets no screen.
 //
-// Q6_K heads (AVX-512; the head of most Q4_K_M / Q5_K_M files): the 6-bit plane of the Q8_0
+// Q6_K heads (AVX-512 and AVX2; the head of most Q4_K_M / Q5_K_M files): the 6-bit plane of the Q8_0
 // heads, built from the dequantized values as for BF16 (d·sc·(u − 32), exact in fp32), read
 // instead of the Q6_K blocks, whose unpacking and per-16 integer scales make their kernel
 // compute-bound on verify-sized batches (the plane is no smaller: 0.81 against 0.82 bytes per
@@ -71,7 +72,7 @@
 // P_n = (||e_n|| + γ·||w_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) with γ of the Q6_K kernel and
 // X1 ≥ ||x̂1|| of the 256-block q1 rows, which the plane kernel reads as 32-blocks (each takes its
 // superblock's scale: the same values); candidates are finished as fl(y1 + y2), both halves from
-// the raw blocks (the AVX-512 row kernels: the kernels' bits).
+// the raw blocks (the row kernels of the int8 ISA: the kernels' bits).
 //
 // On either plane the finish runs in two stages (finish_row): the candidates' exact y1 first,
 // then the screen without the plane over them alone (B_n = bound_n·R + 2⁻²¹·|y1_n| around the
@@ -140,16 +141,27 @@ cpu::GgmlAct act_row(const cpu::GgmlAct& a, int64_t m, int64_t ab) {
   return r;
 }
 
-// Output n of one half (activation rows a: q1 or q2), row m, exactly: the kernels' bits (on
-// AVX-512 their row kernels, else ggml_portable_dot).
-inline float half_output(const cpu::GgmlAct& a, int64_t m, const WeightMatrix& w, int64_t n, bool simd) {
-  if (simd && w.dtype == DType::kQ8_0) {
+// Output n of one half (activation rows a: q1 or q2), row m, exactly: the kernels' bits (the
+// row kernels of the int8 ISA `isa`, else ggml_portable_dot).
+inline float half_output(const cpu::GgmlAct& a, int64_t m, const WeightMatrix& w, int64_t n, IsaLevel isa) {
+  if (isa == IsaLevel::kAvx512 && w.dtype == DType::kQ8_0) {
     const int64_t nb = w.n_in / 32;
     const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * nb * 34;
     return cpu::avx512::q8_0_row_dot(row, a.q + m * (w.n_in + 256), a.d + m * nb, nb);
   }
-  if (simd) return cpu::avx512::ggml_row_dot(act_row(a, m, act_block(w.dtype)), w, n);
+  if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(int(w.dtype)))
+    return cpu::avx512::ggml_row_dot(act_row(a, m, act_block(w.dtype)), w, n);
+  if (isa == IsaLevel::kAvx2 && cpu::avx2::ggml_supported(int(w.dtype)))
+    return cpu::avx2::ggml_row_dot(act_row(a, m, act_block(w.dtype)), w, n);
   return ggml_portable_dot(a, m, w, n);
+}
+
+// The screen's pass over one row (cpu_kernels.h screen_row) on the widest fp32 ISA.
+int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, bool* bad, int32_t* idx,
+                   float* hi, int64_t cap, const float* plane_bound, float X1) {
+  if (cpu_isa() == IsaLevel::kAvx512)
+    return cpu::avx512::screen_row(y1, bound, V, R, kRel, kHuge, bad, idx, hi, cap, plane_bound, X1);
+  return cpu::avx2::screen_row(y1, bound, V, R, kRel, kHuge, bad, idx, hi, cap, plane_bound, X1);
 }
 
 // The first largest of the candidates idx[0..count) (increasing n) by their exact outputs
@@ -172,7 +184,7 @@ int32_t first_max(const int32_t* idx, int64_t count, Exact&& exact) {
 }
 
 // The greedy pick of one row from its y1 row, or -1: compute this row in full. idx / hi: scratch
-// of candidate_cap(V) entries. Plane (q1 non-null, AVX-512 Q8_0 / Q6_K): y1 is ŷ1, and the
+// of candidate_cap(V) entries. Plane (q1 non-null, Q8_0 / Q6_K): y1 is ŷ1, and the
 // half-width adds plane_bound·X1; the candidates' exact y1 (the q1 half, written over ŷ1) then
 // take the screen without the plane — every maximum is among them, so the largest lower end
 // of their intervals still bounds it — and only those left are finished with their q2 half.
@@ -182,11 +194,11 @@ int32_t finish_row(float* y1, const float* bound, int64_t V, float R, const cpu:
                    float X1 = 0) {
   const int64_t cap = candidate_cap(V);
   int64_t count = 0;
-  if (isa == IsaLevel::kAvx512) {
+  if (cpu_isa() >= IsaLevel::kAvx2) {
     bool bad = false;
-    count = cpu::avx512::screen_row(y1, bound, V, R, kRel, kHuge, &bad, idx, hi, cap, plane_bound, X1);
+    count = screen_row(y1, bound, V, R, &bad, idx, hi, cap, plane_bound, X1);
     if (count < 0) return -1;
-  } else {
+  } else {  // (no plane below AVX2)
     float L = -std::numeric_limits<float>::infinity();
     bool bad = false;
     for (int64_t n = 0; n < V; ++n) {
@@ -203,11 +215,10 @@ int32_t finish_row(float* y1, const float* bound, int64_t V, float R, const cpu:
       idx[count++] = static_cast<int32_t>(n);
     }
   }
-  const bool simd = isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(int(w.dtype));
   if (q1) {
     float L = -std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < count; ++i) {
-      const float v = y1[idx[i]] = half_output(*q1, m, w, idx[i], simd);
+      const float v = y1[idx[i]] = half_output(*q1, m, w, idx[i], isa);
       if (!(std::fabs(v) <= kHuge)) return -1;
       const float lo = v - (bound[idx[i]] * R + std::fabs(v) * kRel);
       L = lo > L ? lo : L;
@@ -219,7 +230,7 @@ int32_t finish_row(float* y1, const float* bound, int64_t V, float R, const cpu:
     }
     count = kept;
   }
-  return first_max(idx, count, [&](int64_t n) { return y1[n] + half_output(q2, m, w, n, simd); });
+  return first_max(idx, count, [&](int64_t n) { return y1[n] + half_output(q2, m, w, n, isa); });
 }
 
 // The moving average of the fallback rate (weight 1/8 per chunk); above 1/2 the next
@@ -363,7 +374,7 @@ inline bool w16_unscreenable(uint16_t v, bool f16) {
 // the row holds one the screen cannot bound, every non-finite one among them), and its
 // P_n = (||e_n|| + gamma·||w_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) (top comment: "BF16 heads" with
 // gamma = 0, "Q6_K heads"); false (nothing built) on such a row or a non-finite bound. Built
-// where the plane is read: on AVX-512 (its block steps are AVX-512 code).
+// where the plane is read: on AVX2 or AVX-512 (its block steps are SIMD code of either).
 // bound (optional, [V]): bound_n from the same pass (weight_bound).
 template <class RowValues>
 bool build_value_plane(const WeightMatrix& w, double gamma, RowValues&& values, ArgmaxScreen& s,
@@ -374,6 +385,7 @@ bool build_value_plane(const WeightMatrix& w, double gamma, RowValues&& values, 
   const double gamma_p = plane_gamma(nb);
   uint8_t* out = plane->data();
   std::atomic<bool> ok{true};
+  const bool avx512 = int8_isa() == IsaLevel::kAvx512;  // (its files hold the VNNI flag)
   auto run = [&](int64_t t0, int64_t t1, int) {
     std::vector<float> rows(size_t(16 * K));
     for (int64_t t = t0; t < t1; ++t) {
@@ -386,7 +398,7 @@ bool build_value_plane(const WeightMatrix& w, double gamma, RowValues&& values, 
         uint8_t* bp = out + (t * nb + b) * cpu::kQ8PlaneBlockBytes;
         for (int o = 0; o < on; ++o) {
           const float* wr = rows.data() + o * K + b * 32;
-          const double amax = double(cpu::avx512::plane_block_absmax(wr));
+          const double amax = double(avx512 ? cpu::avx512::plane_block_absmax(wr) : cpu::avx2::plane_block_absmax(wr));
           if (!(amax <= 65504.0 * 127)) {  // a scale past fp16 (every value is finite: values())
             ok = false;
             return;
@@ -394,7 +406,10 @@ bool build_value_plane(const WeightMatrix& w, double gamma, RowValues&& values, 
           uint16_t d16 = f32_to_f16(float(amax / 127));
           if (double(f16_to_f32(d16)) * 127 < amax) ++d16;  // round up: |w / d| ≤ 127
           uint8_t u[32];
-          cpu::avx512::plane_block_values(wr, d16, u, sums[o]);
+          if (avx512)
+            cpu::avx512::plane_block_values(wr, d16, u, sums[o]);
+          else
+            cpu::avx2::plane_block_values(wr, d16, u, sums[o]);
           pack_plane_output(bp, o, u, d16);
         }
       }
@@ -435,7 +450,7 @@ bool build_plane16(const WeightMatrix& w, ArgmaxScreen& s, ThreadPool* pool) {
   }, s, pool);
 }
 
-// The plane of a Q6_K weight (AVX-512; top comment, "Q6_K heads") and its bound_n (s.bound
+// The plane of a Q6_K weight (top comment, "Q6_K heads") and its bound_n (s.bound
 // sized): its dequantized values are exact in fp32 (d·sc·(u − 32): 11 + 7 + 6 significant bits).
 bool build_plane_q6k(const WeightMatrix& w, double gamma, ArgmaxScreen& s, ThreadPool* pool) {
   const int64_t K = w.n_in, rb = dtype_row_bytes(w.dtype, K);
@@ -473,18 +488,24 @@ void plane_matmul(const cpu::GgmlAct& a_in, int64_t ab, int64_t M, const ArgmaxS
   const float* dx4 = p.dx;
   const float* c = cs.data();
   const uint8_t* plane = s.plane->data();
+  const IsaLevel isa = int8_isa();
   pool.parallel_for_redoable((V + 15) / 16, [&, q, nc, dx4, c, plane](int64_t t0, int64_t t1, int) {
-    cpu::avx512::q8_0_plane_tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
+    if (isa == IsaLevel::kAvx512)
+      cpu::avx512::q8_0_plane_tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
+    else if (avx_vnni_usable())
+      cpu::avx2_vnni::q8_0_plane_tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
+    else
+      cpu::avx2::q8_0_plane_tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
   });
 }
 
-// A BF16 or F16 weight in its packed layout, screened where its matmul takes the AVX-512 packed
-// kernel (BF16: without AMX).
+// A BF16 or F16 weight in its packed layout, screened where its matmul takes the packed kernels
+// (AVX-512 or AVX2; BF16: without AMX).
 bool head16_screenable(const WeightMatrix& w) {
   const bool layout = (w.dtype == DType::kBF16 && w.packed_format == kPackedAmxBf16 && !amx_usable()) ||
                       (w.dtype == DType::kF16 && w.packed_format == kPackedF16x16);
-  return layout && w.data && w.n_in % 32 == 0 && cpu_isa() == IsaLevel::kAvx512 &&
-         int8_isa() == IsaLevel::kAvx512;
+  return layout && w.data && w.n_in % 32 == 0 && cpu_isa() >= IsaLevel::kAvx2 &&
+         int8_isa() >= IsaLevel::kAvx2;
 }
 
 ArgmaxScreen head16_argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
@@ -537,12 +558,12 @@ ArgmaxScreen argmax_screen(const WeightMatrix& w, ThreadPool* pool) {
     }
   };
   // A Q6_K plane's pass over the values gives the bounds too.
-  if (int8_isa() == IsaLevel::kAvx512 && w.dtype == DType::kQ6_K && build_plane_q6k(w, gamma, s, pool)) return s;
+  if (int8_isa() >= IsaLevel::kAvx2 && w.dtype == DType::kQ6_K && build_plane_q6k(w, gamma, s, pool)) return s;
   if (pool)
     pool->parallel_for(w.n_out, rows, 256);
   else
     rows(0, w.n_out, 0);
-  if (int8_isa() == IsaLevel::kAvx512 && w.dtype == DType::kQ8_0) build_plane(w, gamma, s, pool);
+  if (int8_isa() >= IsaLevel::kAvx2 && w.dtype == DType::kQ8_0) build_plane(w, gamma, s, pool);
   return s;
 }
 
@@ -567,8 +588,8 @@ int64_t head16_candidates(const float* y1, const float* xt, const cpu::GgmlAct& 
   const float R = round_up((std::sqrt(rr) + gamma_b * std::sqrt(xx) + double(K) * 0x1p-126) *
                                (1.0 + 0x1p-40) + double(s.abs_slack));
   bool bad = false;
-  return cpu::avx512::screen_row(y1, s.bound.data(), V, R, kRel, kHuge, &bad, idx, hi, candidate_cap(V),
-                                 s.plane_bound.data(), residual_norm(a1, r, 32));
+  return screen_row(y1, s.bound.data(), V, R, &bad, idx, hi, candidate_cap(V), s.plane_bound.data(),
+                    residual_norm(a1, r, 32));
 }
 
 // matmul_argmax on a screened BF16 or F16 head (top comment, "BF16 heads", "F16 heads").
@@ -609,8 +630,11 @@ void head16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& 
         1);
     // The exact outputs of each row's candidates, over ŷ1 in y1 (no longer needed), from the
     // candidates' own weight rows (16 at a time, gathered into one packed tile).
-    cpu::avx512::packed16_rows_finish(x + m0 * K, M, w, idx.data(), counts.data(), cap,
-                                      bf16_dot() == Bf16Dot::kFma, y1.data(), pool);
+    if (cpu_isa() == IsaLevel::kAvx512)
+      cpu::avx512::packed16_rows_finish(x + m0 * K, M, w, idx.data(), counts.data(), cap,
+                                        bf16_dot() == Bf16Dot::kFma, y1.data(), pool);
+    else
+      cpu::avx2::packed16_rows_finish(x + m0 * K, M, w, idx.data(), counts.data(), cap, y1.data(), pool);
     for (int64_t r = 0; r < M; ++r) {
       const float* yr = y1.data() + r * V;
       out[m0 + r] = counts[r] < 0 ? -1 : first_max(idx.data() + r * cap, counts[r], [&](int64_t n) { return yr[n]; });
@@ -649,7 +673,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const bool amx = ggml_amx_for(w, std::min<int64_t>(n_rows, cpu::amx::kGgmlAmxMaxRows), isa);
   const int64_t chunk = amx ? cpu::amx::kGgmlAmxMaxRows : cpu::kGgmlRowChunk;
   // The plane where the call would take the VNNI kernel (AMX multiplies faster than it streams).
-  const bool on_plane = screen.plane && !amx && isa == IsaLevel::kAvx512 &&
+  const bool on_plane = screen.plane && !amx && isa >= IsaLevel::kAvx2 &&
                         static_cast<int64_t>(screen.plane_bound.size()) == V;
   thread_local GgmlActRows q1, q2;
   thread_local std::vector<float> resid, y1;

@@ -336,11 +336,12 @@ void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* out);
 // (Cauchy-Schwarz on the weight row and the q2 residual, plus the fp32 rounding of the kernel's
 // sum), and finish exactly — the kernel's own bits, ggml_portable_dot — only the outputs whose
 // bound still reaches the best lower bound (kernels/ggml_argmax.cc). A Q8_0 or Q6_K weight
-// screened on AVX-512 (not AMX) reads a 6-bit plane of itself instead (argmax_screen builds it:
-// 0.81 bytes per weight, held beside the weights), the plane's error bounded in the same way,
-// and finishes both halves of the candidates from the blocks. A BF16 weight prepacked for the AVX-512
-// kernel (no AMX) is screened on a 6-bit plane made from it (0.81 bytes per weight), its
-// candidates finished by that kernel on their 16-output tile. Everything else computes
+// screened on AVX-512 (not AMX) or AVX2 reads a 6-bit plane of itself instead (argmax_screen
+// builds it: 0.81 bytes per weight, held beside the weights), the plane's error bounded in the
+// same way, and finishes both halves of the candidates from the blocks. A BF16 or F16 weight
+// prepacked for the AVX-512 (no AMX) or AVX2 packed kernels is screened on a 6-bit plane made
+// from it (0.81 bytes per weight), its candidates finished by that kernel on tiles gathered
+// from their own rows. Everything else computes
 // the logits and takes ops::argmax. `screen` must come from argmax_screen(w) (or be empty:
 // logits path). Batch- and thread-count invariant like matmul.
 struct ArgmaxScreen {
@@ -349,7 +350,7 @@ struct ArgmaxScreen {
   std::vector<float> bound;
   DType dtype = DType::kF32;
   int64_t n_in = 0;
-  // Q8_0 / Q6_K (and BF16 / F16) weights, built where the int8 kernels are AVX-512: the 6-bit
+  // Q8_0 / Q6_K (and BF16 / F16) weights, built where the int8 kernels are AVX2 or AVX-512: the 6-bit
   // plane the screen streams instead of the weights (0.81 bytes per weight, against 1.06 for
   // Q8_0, 0.82 for Q6_K with a cheaper unpacking; layout and math: ggml_argmax.cc) and
   // per output P_n, its bound on |y1 − ŷ1| per unit of ||x̂1||₂, rounded up.

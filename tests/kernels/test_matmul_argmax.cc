@@ -223,8 +223,9 @@ TEST(MatmulArgmax, AScreenThatKeepsFailingStepsAside) {
   EXPECT_GE(grew, 3u);
 }
 
-// A plane test's picks: on the AVX-512 paths (AMX off — the plane for every call — then on where
-// usable: a call that takes the AMX kernel screens on it instead), M = 1, 3, 16, 17, 33, raw and
+// A plane test's picks: on the AVX2 and AVX-512 paths, each with and without its VNNI (AMX off —
+// the plane for every call — then on where usable: a call that takes the AMX kernel screens on
+// it instead), M = 1, 3, 16, 17, 33, raw and
 // prepacked w, row m of x = mask(k)·(1 + 0.25·(m % 5)) (rows differ in scale only): every pick is
 // `winner` and equals the logits', every row screened, on the plane unless AMX took the call,
 // none in full; `finished`(M), when given, the outputs finished with their q2 half.
@@ -233,7 +234,8 @@ void expect_plane_picks(const WeightMatrix& w, const ops::ArgmaxScreen& screen, 
                         Mask&& mask, int64_t finished_per_row, ThreadPool& pool) {
   const int64_t K = w.n_in;
   const PackedWeight pw = prepack_weight(w, &pool);
-  for (const test::PathConfig& path : test::paths_over({IsaLevel::kAvx512})) {
+  for (const test::PathConfig& path : test::ggml_paths()) {
+    if (path.isa < IsaLevel::kAvx2) continue;
     test::PathScope scope(path);
     for (int64_t M : {1, 3, 16, 17, 33}) {
       std::vector<float> x(size_t(M * K));
@@ -242,8 +244,7 @@ void expect_plane_picks(const WeightMatrix& w, const ops::ArgmaxScreen& screen, 
       const auto want = reference_argmax(x.data(), M, w, pool);
       ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(winner))) << "the construction";
       for (const WeightMatrix* wm : {&w, &pw.matrix()}) {
-        const bool amx = ops::ggml_amx_for(*wm, std::min<int64_t>(M, cpu::amx::kGgmlAmxMaxRows),
-                                           IsaLevel::kAvx512);
+        const bool amx = ops::ggml_amx_for(*wm, std::min<int64_t>(M, cpu::amx::kGgmlAmxMaxRows), int8_isa());
         EXPECT_TRUE(path.amx || !amx) << path.name;
         const ops::ArgmaxStats before = ops::argmax_stats();
         EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << path.name << " M=" << M;
@@ -258,14 +259,14 @@ void expect_plane_picks(const WeightMatrix& w, const ops::ArgmaxScreen& screen, 
   }
 }
 
-// The 6-bit plane of a Q8_0 head (AVX-512): a row whose dropped low bits all lean its way must
+// The 6-bit plane of a Q8_0 head (AVX2 and AVX-512): a row whose dropped low bits all lean its way must
 // stay a candidate. x = all ones (q1 exact, q2 = 0). Row kA: q = 23 = 4·5 + 3 everywhere: y =
 // 0.01·640·23 = 147.2, but the plane reads 4·5 + 1.5: ŷ1 = 137.6. Row kB: q = 22 (h 5, l 2) on
 // 600 elements and 24 (h 6, l 0) on 40: y = 141.6 < 147.2, ŷ1 = 139.2 > 137.6 — on the plane
 // alone kB wins; only the bound term P·||x̂1|| keeps kA. Row kA2 repeats kA (an exact tie: kA
 // wins). The other rows are random at scale 0.001. N = 1003: a partial last tile.
 TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
-  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "the plane is built on AVX-512 machines";
+  if (cpu_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "the plane is built on AVX2 and AVX-512 machines";
   ThreadPool pool(2);
   ActScope act(GgmlActivations::kInt8x2);
   constexpr int64_t N = 1003, nb = kK / 32, kA = 611, kA2 = 998, kB = 5;
@@ -283,10 +284,10 @@ TEST(MatmulArgmax, PlaneRowsWhoseLowBitsLeanTheirWayStayCandidates) {
     }
   const WeightMatrix w = ggml_weight(DType::kQ8_0, N, kK, wb.data());
   const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
-  ASSERT_TRUE(screen.plane) << "a Q8_0 screen on AVX-512 has its plane";
+  ASSERT_TRUE(screen.plane) << "a Q8_0 screen on AVX2 / AVX-512 has its plane";
   expect_plane_picks(w, screen, kA, [](int64_t) { return 1.0f; }, 0, pool);
-  // Below AVX-512 the same screen runs without its plane, with the same picks.
-  test::IsaScope avx2(IsaLevel::kAvx2);
+  // On the portable level the same screen runs without its plane, with the same picks.
+  test::IsaScope portable(IsaLevel::kScalar);
   const std::vector<float> x(size_t(2 * kK), 1.0f);
   const ops::ArgmaxStats before = ops::argmax_stats();
   EXPECT_EQ(screened_argmax(x.data(), 2, w, screen, pool), (std::vector<int32_t>{int32_t(kA), int32_t(kA)}));
@@ -342,7 +343,7 @@ void put_q6k(uint8_t* blk, float d, const int8_t* sc, const int* v) {
 // 30.762): y = 7808 < 7936, ŷ1 = 7875.1 > 7843.8 — on the plane alone kB wins. kA2 repeats kA
 // (the first wins). The other rows are random at d = 1e-4 (|y| ≤ ~100). N = 1003.
 TEST(MatmulArgmax, Q6kPlaneRowsReadHighDoNotHideTheWinner) {
-  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "the plane is built on AVX-512 machines";
+  if (cpu_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "the plane is built on AVX2 and AVX-512 machines";
   ThreadPool pool(2);
   ActScope act(GgmlActivations::kInt8x2);
   constexpr int64_t N = 1003, K = 512, ns = K / 256, kA = 611, kA2 = 998, kB = 5;
@@ -359,14 +360,14 @@ TEST(MatmulArgmax, Q6kPlaneRowsReadHighDoNotHideTheWinner) {
     }
   const WeightMatrix w = ggml_weight(DType::kQ6_K, N, K, wb.data());
   const ops::ArgmaxScreen screen = ops::argmax_screen(w, &pool);
-  ASSERT_TRUE(screen.plane) << "a Q6_K screen on AVX-512 has its plane";
+  ASSERT_TRUE(screen.plane) << "a Q6_K screen on AVX2 / AVX-512 has its plane";
   // kA, kA2 and kB pass the plane's screen; on their exact q1 halves kB falls out, so kA and
   // kA2 alone are finished (without the plane kB never passes).
   expect_plane_picks(w, screen, kA, [](int64_t k) { return (k / 16) % 2 ? 1.0f : 0.0f; }, 2, pool);
 }
 
-// BF16 heads (prepacked: the AVX-512 packed kernel without AMX) and F16 heads (prepacked: its
-// F16 form) are screened on a 6-bit plane of their own (ggml_argmax.cc, "BF16 heads", "F16
+// BF16 heads (prepacked: the packed kernels of AVX-512 without AMX and of AVX2) and F16 heads
+// (prepacked: their F16 form) are screened on a 6-bit plane of their own (ggml_argmax.cc, "BF16 heads", "F16
 // heads"); the screen is built with AMX off, as the engine on a machine without AMX builds it.
 // The tests below run both dtypes.
 struct Head16 {
@@ -392,15 +393,15 @@ Head16 head16(std::vector<float> v, int64_t N, int64_t K, ThreadPool& pool, DTyp
 constexpr DType kHeadDtypes[] = {DType::kBF16, DType::kF16};
 
 TEST(MatmulArgmax, Head16SameIndexAsTheLogitsOnEveryPath) {
-  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
+  if (cpu_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "BF16 heads are screened on AVX2 and AVX-512";
   ThreadPool pool(2);
   constexpr int64_t N = 1501, K = 640;
   for (DType dt : kHeadDtypes) {
     const Head16 h = head16(test::randn(size_t(N * K), 21, 0.5f), N, K, pool, dt);
-    ASSERT_TRUE(h.screen.plane) << "a prepacked " << dtype_name(dt) << " head on AVX-512 has its plane";
-    for (const test::PathConfig& path : test::matmul_paths()) {
+    ASSERT_TRUE(h.screen.plane) << "a prepacked " << dtype_name(dt) << " head has its plane";
+    for (const test::PathConfig& path : test::ggml_paths()) {
       test::PathScope scope(path);
-      const bool on_plane = path.isa == IsaLevel::kAvx512 && (dt == DType::kF16 || !amx_usable());
+      const bool on_plane = path.isa >= IsaLevel::kAvx2 && (dt == DType::kF16 || !amx_usable());
       for (int64_t M : {1, 3, 16, 17, 40, 64}) {
         const auto x = test::randn(static_cast<size_t>(M * K), 31 + uint32_t(M));
         const auto want = reference_argmax(x.data(), M, h.packed.matrix(), pool);
@@ -457,7 +458,7 @@ TEST(MatmulArgmax, Head16WhoseRowsOverflowTheCapStepsAside) {
 // and only the bound keeps kA. kA2 repeats kA (an exact tie: the first wins). Other rows: random
 // at scale 0.001. N = 1003: a partial last tile.
 TEST(MatmulArgmax, Head16RowsWhosePlaneLeansTheWrongWayAreFinishedExactly) {
-  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
+  if (cpu_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "BF16 heads are screened on AVX2 and AVX-512";
   ThreadPool pool(2);
   constexpr int64_t N = 1003, K = 640, kA = 611, kA2 = 998, kB = 5;
   auto v = test::randn(size_t(N * K), 22, 0.001f);
@@ -470,8 +471,8 @@ TEST(MatmulArgmax, Head16RowsWhosePlaneLeansTheWrongWayAreFinishedExactly) {
     const Head16 h = head16(v, N, K, pool, dt);
     ASSERT_TRUE(h.screen.plane) << dtype_name(dt);
     set_amx_enabled(false);
-    for (const test::PathConfig& path : test::matmul_paths()) {
-      if (path.isa != IsaLevel::kAvx512 || path.amx) continue;
+    for (const test::PathConfig& path : test::ggml_paths()) {
+      if (path.isa < IsaLevel::kAvx2 || path.amx) continue;
       test::PathScope scope(path);
       for (int64_t M : {1, 2, 16, 33}) {
         std::vector<float> x(size_t(M * K));
@@ -503,13 +504,14 @@ uint32_t float_bits(float f) {
   return u;
 }
 
-// cpu::avx512::packed16_rows_finish (the screen's finish on listed outputs, from the row-major
-// weights): on each listed (row, output) the same bits as matmul_bf16_packed in both product
-// forms (BF16) and as matmul_f16_packed_many (F16), every other output left as it was. K = 650 (a partial last k chunk), rows with 0, 1,
+// cpu::avx512:: and cpu::avx2::packed16_rows_finish (the screen's finish on listed outputs, from
+// the row-major weights): on each listed (row, output) the same bits as that ISA's
+// matmul_bf16_packed(_many) in each of its product forms (BF16) and as matmul_f16_packed_many
+// (F16), every other output left as it was. K = 650 (a partial last k chunk), rows with 0, 1,
 // 16, 17 and many outputs (short groups of 16, a short last group of the micro-kernel's 8),
 // outputs in the partial last tile, and a row whose list is refused (count −1).
 TEST(MatmulArgmax, Packed16RowsFinishEqualsTheMatmulOnItsOutputs) {
-  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "the packed BF16 kernel runs on AVX-512";
+  if (cpu_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "the packed kernels run on AVX2 and AVX-512";
   ThreadPool pool(2);
   constexpr int64_t N = 1003, K = 650, M = 6, cap = 400;
   for (DType dt : kHeadDtypes) {
@@ -528,26 +530,34 @@ TEST(MatmulArgmax, Packed16RowsFinishEqualsTheMatmulOnItsOutputs) {
     for (int64_t n = 0; n < N; n += 3) list(4, n);            // many, the last tile's among them
     counts[5] = -1;                                           // refused: nothing
     const float kUntouched = -12345.0f;
-    for (bool fma : {false, true}) {
-      if (dt == DType::kF16 && !fma) continue;  // (one form)
+    for (int form = 0; form < 3; ++form) {  // AVX-512 vdpbf16ps, AVX-512 FMA, AVX2 (FMA)
+      const bool avx2 = form == 2, fma = form > 0;
+      if ((dt == DType::kF16 && !fma) || (!avx2 && cpu_isa() != IsaLevel::kAvx512)) continue;  // (F16: one form)
       std::vector<float> want(size_t(M * N)), got(size_t(M * N), kUntouched);
       std::vector<float> xb(size_t(M * cpu::fma_x_stride(K)));
-      if (dt == DType::kF16) {
-        const WeightMatrix* ws[1] = {&w};
-        float* ys[1] = {want.data()};
+      const WeightMatrix* ws[1] = {&w};
+      float* ys[1] = {want.data()};
+      if (avx2 && dt == DType::kF16)
+        cpu::avx2::matmul_f16_packed_many(x.data(), M, ws, ys, 1, pool, xb.data());
+      else if (avx2)
+        cpu::avx2::matmul_bf16_packed_many(x.data(), M, ws, ys, 1, pool, xb.data());
+      else if (dt == DType::kF16)
         cpu::avx512::matmul_f16_packed_many(x.data(), M, ws, ys, 1, pool, xb.data());
-      } else {
+      else
         cpu::avx512::matmul_bf16_packed(x.data(), M, w, want.data(), pool,
                                         reinterpret_cast<uint16_t*>(xb.data()), fma);
-      }
-      cpu::avx512::packed16_rows_finish(x.data(), M, w, idx.data(), counts.data(), cap, fma, got.data(), pool);
+      if (avx2)
+        cpu::avx2::packed16_rows_finish(x.data(), M, w, idx.data(), counts.data(), cap, got.data(), pool);
+      else
+        cpu::avx512::packed16_rows_finish(x.data(), M, w, idx.data(), counts.data(), cap, fma, got.data(), pool);
       std::vector<bool> listed(size_t(M * N), false);
       for (int64_t r = 0; r < M; ++r)
         for (int64_t i = 0; i < counts[r]; ++i) listed[size_t(r * N + idx[size_t(r * cap + i)])] = true;
       for (int64_t i = 0; i < M * N; ++i) {
         if (listed[size_t(i)])
           ASSERT_EQ(float_bits(got[size_t(i)]), float_bits(want[size_t(i)]))
-              << dtype_name(dt) << (fma ? " fma" : " vdpbf16ps") << " row " << i / N << " output " << i % N;
+              << dtype_name(dt) << (avx2 ? " avx2" : fma ? " fma" : " vdpbf16ps") << " row " << i / N
+              << " output " << i % N;
         else
           ASSERT_EQ(got[size_t(i)], kUntouched) << "row " << i / N << " output " << i % N;
       }
@@ -556,7 +566,7 @@ TEST(MatmulArgmax, Packed16RowsFinishEqualsTheMatmulOnItsOutputs) {
 }
 
 TEST(MatmulArgmax, Head16TiedAndNonFiniteRowsAreComputedInFull) {
-  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "BF16 heads are screened on AVX-512";
+  if (cpu_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "BF16 heads are screened on AVX2 and AVX-512";
   ThreadPool pool(2);
   constexpr int64_t N = 900, K = 640;
   for (DType dt : kHeadDtypes) {
@@ -573,13 +583,19 @@ TEST(MatmulArgmax, Head16TiedAndNonFiniteRowsAreComputedInFull) {
   }
 }
 
-// The one-pass screen (cpu::avx512::screen_row) against its definition, the two passes: the
-// same candidates in the same order, the same give-ups. Rows: random; ascending (the running
+// The one-pass screen (cpu::avx512:: and cpu::avx2::screen_row) against its definition, the two
+// passes: the same candidates in the same order, the same give-ups. Rows: random; ascending (the running
 // threshold lags far behind: what it keeps overflows cap, and the exact pass must take over);
 // descending (the seed is the maximum); a few large outputs late; a NaN or a huge value; every
 // length mod 16, with and without the second bound.
-TEST(MatmulArgmax, OnePassScreenIsTheTwoPassScreen) {
-  if (cpu_isa() != IsaLevel::kAvx512) GTEST_SKIP() << "an AVX-512 kernel";
+struct ScreenFns {
+  const char* name;
+  decltype(&cpu::avx2::screen_lower_max) lower_max;
+  decltype(&cpu::avx2::screen_candidates) candidates;
+  decltype(&cpu::avx2::screen_row) row;
+};
+
+void expect_one_pass_is_two_pass(const ScreenFns& f) {
   std::mt19937 rng(5);
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::uniform_real_distribution<float> u(0.5f, 1.5f);
@@ -603,16 +619,15 @@ TEST(MatmulArgmax, OnePassScreenIsTheTwoPassScreen) {
         const float* bp2 = second ? b2.data() : nullptr;
         const int64_t cap = V / 16 + 64;
         bool bad_ref = false;
-        const float L = cpu::avx512::screen_lower_max(y.data(), b.data(), V, R, rel, huge, &bad_ref, bp2, R2);
+        const float L = f.lower_max(y.data(), b.data(), V, R, rel, huge, &bad_ref, bp2, R2);
         const size_t nc = static_cast<size_t>(cap);
         std::vector<int32_t> want(nc), got(nc);
         const int64_t n_want =
-            bad_ref ? -1 : cpu::avx512::screen_candidates(y.data(), b.data(), V, R, rel, L, want.data(), cap, bp2, R2);
+            bad_ref ? -1 : f.candidates(y.data(), b.data(), V, R, rel, L, want.data(), cap, bp2, R2);
         std::vector<float> hi(nc);
         bool bad = false;
-        const int64_t n_got = cpu::avx512::screen_row(y.data(), b.data(), V, R, rel, huge, &bad, got.data(),
-                                                      hi.data(), cap, bp2, R2);
-        const std::string what = "V=" + std::to_string(V) + " kind=" + std::to_string(kind);
+        const int64_t n_got = f.row(y.data(), b.data(), V, R, rel, huge, &bad, got.data(), hi.data(), cap, bp2, R2);
+        const std::string what = std::string(f.name) + " V=" + std::to_string(V) + " kind=" + std::to_string(kind);
         EXPECT_EQ(bad, bad_ref) << what;
         ASSERT_EQ(n_got, n_want) << what;
         for (int64_t i = 0; i < n_want; ++i) EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << what << " i=" << i;
@@ -621,14 +636,78 @@ TEST(MatmulArgmax, OnePassScreenIsTheTwoPassScreen) {
         // first 1024); where more than cap of them clear it, the one pass overflows.
         if (V >= 2048 && !bad_ref) {
           bool ignored;
-          const float seed = cpu::avx512::screen_lower_max(y.data(), b.data(), 1024, R, rel, huge, &ignored, bp2, R2);
+          const float seed = f.lower_max(y.data(), b.data(), 1024, R, rel, huge, &ignored, bp2, R2);
           std::vector<int32_t> past(1024);
-          overflowed += cpu::avx512::screen_candidates(y.data() + 1024, b.data() + 1024, 1024, R, rel, seed,
-                                                       past.data(), 1024, bp2 ? bp2 + 1024 : nullptr, R2) > cap;
+          overflowed += f.candidates(y.data() + 1024, b.data() + 1024, 1024, R, rel, seed, past.data(), 1024,
+                                     bp2 ? bp2 + 1024 : nullptr, R2) > cap;
         }
       }
-  EXPECT_EQ(cases, 96);
-  EXPECT_GE(overflowed, 4) << "the construction: the ascending rows must overflow cap";
+  EXPECT_EQ(cases, 96) << f.name;
+  EXPECT_GE(overflowed, 4) << f.name << ": the construction: the ascending rows must overflow cap";
+}
+
+TEST(MatmulArgmax, OnePassScreenIsTheTwoPassScreen) {
+  if (cpu_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "AVX2 and AVX-512 kernels";
+  expect_one_pass_is_two_pass({"avx2", cpu::avx2::screen_lower_max, cpu::avx2::screen_candidates, cpu::avx2::screen_row});
+  if (cpu_isa() == IsaLevel::kAvx512)
+    expect_one_pass_is_two_pass(
+        {"avx512", cpu::avx512::screen_lower_max, cpu::avx512::screen_candidates, cpu::avx512::screen_row});
+}
+
+// The plane kernels of every ISA on the same plane and activation panel: the same bits (AVX2,
+// its AVX-VNNI form, AVX-512), for 1..32 rows and a partial last tile; and the build steps of
+// one plane block (plane_block_absmax / _values): the same bytes, the same sums within the
+// roundings of their order.
+TEST(MatmulArgmax, PlaneKernelsGiveOneAnothersBits) {
+  if (cpu_isa() < IsaLevel::kAvx2) GTEST_SKIP() << "AVX2 and AVX-512 kernels";
+  std::mt19937 rng(8);
+  constexpr int64_t nb = 7, n_out = 45, tiles = (n_out + 15) / 16;
+  std::vector<uint8_t> plane(size_t(tiles * nb * cpu::kQ8PlaneBlockBytes));
+  for (uint8_t& v : plane) v = uint8_t(rng());
+  for (int64_t t = 0; t < tiles; ++t)  // sane f16 scales
+    for (int64_t b = 0; b < nb; ++b)
+      for (int o = 0; o < 16; ++o)
+        test::put_f16(plane.data() + (t * nb + b) * cpu::kQ8PlaneBlockBytes + 384 + 2 * o,
+                      0.001f * float(1 + rng() % 1000));
+  for (int64_t M : {1, 2, 5, 8, 16, 17, 32}) {
+    std::vector<int8_t> q(size_t(nb * M * 32));
+    std::vector<int32_t> nc(size_t(nb * M));
+    std::vector<float> dx4(size_t(nb * M)), c(size_t(nb * M));
+    for (int8_t& v : q) v = int8_t(int(rng() % 255) - 127);
+    for (size_t i = 0; i < nc.size(); ++i) {
+      int32_t sum = 0;
+      for (int k = 0; k < 32; ++k) sum += q[i * 32 + size_t(k)];
+      nc[i] = -32 * sum;
+      dx4[i] = 0.004f * float(1 + rng() % 500);
+      c[i] = 1.5f * dx4[i] / 4 * float(sum);
+    }
+    auto run = [&](auto fn) {
+      std::vector<float> y(size_t(M * n_out), -1.0f);
+      fn(q.data(), nc.data(), dx4.data(), c.data(), M, plane.data(), nb, n_out, y.data(), 0, tiles);
+      return y;
+    };
+    const std::vector<float> want = run(cpu::avx2::q8_0_plane_tiles);
+    auto same = [&](const std::vector<float>& got, const char* what) {
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << what << " M=" << M;
+    };
+    if (avx_vnni_usable()) same(run(cpu::avx2_vnni::q8_0_plane_tiles), "avx2_vnni");
+    if (int8_isa() == IsaLevel::kAvx512) same(run(cpu::avx512::q8_0_plane_tiles), "avx512");
+  }
+  if (cpu_isa() != IsaLevel::kAvx512) return;
+  for (int trial = 0; trial < 50; ++trial) {
+    std::normal_distribution<float> g(0.0f, trial % 2 ? 1.0f : 1e-3f);
+    float w[32];
+    for (float& v : w) v = g(rng);
+    const float a2 = cpu::avx2::plane_block_absmax(w);
+    ASSERT_EQ(a2, cpu::avx512::plane_block_absmax(w));
+    const uint16_t d16 = f32_to_f16(a2 / 127);
+    uint8_t u2[32], u5[32];
+    double s2[3] = {}, s5[3] = {};
+    cpu::avx2::plane_block_values(w, d16, u2, s2);
+    cpu::avx512::plane_block_values(w, d16, u5, s5);
+    ASSERT_EQ(std::memcmp(u2, u5, 32), 0) << "trial " << trial;
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(s2[i], s5[i], 1e-12 * s5[i]) << "trial " << trial << " sum " << i;
+  }
 }
 
 }  // namespace

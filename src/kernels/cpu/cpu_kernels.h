@@ -295,9 +295,36 @@ void softcap(float* x, int64_t n, float cap);
 void scale_inplace(float* x, int64_t n, float s);
 void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                int64_t n_rot, const float* cos, const float* sin);
+// ops::matmul_argmax's screen on AVX2 (cpu/argmax_avx2.cc, cpu/argmax_plane_avx2.cc): the
+// contracts of the avx512:: functions of the same names; q8_0_plane_tiles gives their bits.
+float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, float rel,
+                       float huge, bool* bad, const float* bound2 = nullptr, float R2 = 0);
+int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float R, float rel,
+                          float L, int32_t* idx, int64_t cap, const float* bound2 = nullptr,
+                          float R2 = 0);
+int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, float rel, float huge,
+                   bool* bad, int32_t* idx, float* hi, int64_t cap, const float* bound2 = nullptr,
+                   float R2 = 0);
+void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dx4, const float* c, int64_t M,
+                      const uint8_t* plane, int64_t nb, int64_t n_out, float* y, int64_t t0,
+                      int64_t t1);
+float plane_block_absmax(const float* w);
+void plane_block_values(const float* w, uint16_t d16, uint8_t* u, double* sums);
+// Output n of a supported GGML weight for the one activation row of `a` (its row 0, pair 0), on
+// the calling thread: the bits of matmul_ggml (cpu/ggml_avx2.cc).
+float ggml_row_dot(const GgmlAct& a, const WeightMatrix& w, int64_t n);
+// avx512::packed16_rows_finish on AVX2 (cpu/packed_fma_avx2.cc): the listed outputs of a
+// kPackedAmxBf16 / kPackedF16x16 weight with the bits of matmul_bf16_packed_many /
+// matmul_f16_packed_many (the FMA form), from 16 candidates' own rows gathered into one tile.
+void packed16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const int32_t* idx,
+                          const int64_t* counts, int64_t cap, float* y, ThreadPool& pool);
 }  // namespace avx2
 
 namespace avx2_vnni {
+// avx2::q8_0_plane_tiles on vpdpbusd ymm (cpu/argmax_plane_avxvnni.cc): the same bits.
+void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dx4, const float* c, int64_t M,
+                      const uint8_t* plane, int64_t nb, int64_t n_out, float* y, int64_t t0,
+                      int64_t t1);
 // The avx2:: packed-layout kernels with their integer dots on AVX-VNNI's vpdpbusd ymm
 // (cpu/ggml_avxvnni.cc compiles cpu/ggml_avx2.cc again): the same bits. Only where
 // avx_vnni_usable().

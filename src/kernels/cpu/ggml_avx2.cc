@@ -668,6 +668,25 @@ void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, T
       16);
 }
 
+float ggml_row_dot(const GgmlAct& a, const WeightMatrix& w, int64_t n) {
+  WeightMatrix one = w;  // row n alone: the kernels write y[0]
+  one.data = static_cast<const uint8_t*>(w.data) + n * dtype_row_bytes(w.dtype, w.n_in);
+  one.n_out = 1;
+  GgmlAct a1 = a;
+  a1.pair = 0;
+  float y = 0.0f;
+  switch (w.dtype) {
+    case DType::kQ8_0: range32<kQ80>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ4_0: range32<kQ40>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ5_0: range32<kQ50>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ4_K: range_k45<false>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ5_K: range_k45<true>(a1, 1, one, &y, 0, 1); break;
+    case DType::kQ6_K: range_q6k(a1, 1, one, &y, 0, 1); break;
+    default: break;
+  }
+  return y;
+}
+
 #endif  // !DFL_AVX2_VNNI
 
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {

@@ -202,7 +202,135 @@ void matmul_packed_fma(const float* x, int64_t M, const WeightMatrix* const* ws,
                     });
 }
 
+// 8 rows of 8 dwords → its 8 columns (c[j] lane i = r[i] lane j).
+inline void transpose8x8(const __m256 r[8], __m256 c[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int e = 0; e < 4; ++e) {
+    c[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
+    c[4 + e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
+  }
+}
+
+// The packed tile of 16 weight rows given by index (row-major 16-bit rows K apart at `w`), zero
+// past K — what prepacking makes of 16 neighbours (avx512 gather_tile16): BF16 dst [n_kc][16
+// k-pairs][16 n][2] (kPackedAmxBf16), F16 [n_kc][32 k][16 n] (kPackedF16x16). A k-pair of one row
+// is one dword, so a chunk of 32 k is a 16 × 16 dword transpose (four 8 × 8).
+void gather_tile16(const uint16_t* w, int64_t K, const int32_t* rows16, int64_t n_kc, bool f16, uint16_t* dst) {
+  // F16: per 128-bit lane of 4 pairs, the even elements to its low 8 bytes, the odd to its high.
+  const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  alignas(32) uint16_t tail[16][32];
+  for (int64_t kc = 0; kc < n_kc; ++kc) {
+    const int64_t rem = K - kc * 32;
+    const uint16_t* src[16];
+    for (int i = 0; i < 16; ++i) src[i] = w + int64_t(rows16[i]) * K + kc * 32;
+    if (rem < 32) {  // the last, partial chunk from zero-padded copies
+      for (int i = 0; i < 16; ++i) {
+        std::memset(tail[i], 0, sizeof(tail[i]));
+        std::memcpy(tail[i], src[i], static_cast<size_t>(rem) * sizeof(uint16_t));
+        src[i] = tail[i];
+      }
+    }
+    __m256 c[4][8];  // [n half · 2 + kp half][kp % 8]: lanes n % 8
+    for (int nh = 0; nh < 2; ++nh)
+      for (int kh = 0; kh < 2; ++kh) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(src[8 * nh + i] + 16 * kh));
+        transpose8x8(r, c[2 * nh + kh]);
+      }
+    uint16_t* out = dst + kc * kPackTile;
+    for (int kp = 0; kp < 16; ++kp) {
+      const __m256i a = _mm256_castps_si256(c[kp / 8][kp % 8]), b = _mm256_castps_si256(c[2 + kp / 8][kp % 8]);
+      if (!f16) {  // pair row kp: [16 n][2]
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kp * 32), a);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kp * 32 + 16), b);
+        continue;
+      }
+      // rows k = 2kp (the even elements of n 0..15) and 2kp + 1 (the odd ones)
+      const __m256i sa = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(a, split), 0xD8);  // [even n0..7 | odd n0..7]
+      const __m256i sb = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, split), 0xD8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kp * 32), _mm256_permute2x128_si256(sa, sb, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kp * 32 + 16), _mm256_permute2x128_si256(sa, sb, 0x31));
+    }
+  }
+}
+
+// One row's groups of 16 candidates, G at a time, through the micro-kernel for G tiles.
+template <class Form>
+void finish_groups(int G, const float* xr, const uint16_t* tiles, int64_t n_kc, float* tile_y) {
+  const int64_t ts = n_kc * kPackTile;
+  switch (G) {
+    case 4: return fma_tiles<1, 4, Form>(xr, 0, tiles, ts, n_kc, 0, 64, tile_y, 0, Pull{});
+    case 3: return fma_tiles<1, 3, Form>(xr, 0, tiles, ts, n_kc, 0, 48, tile_y, 0, Pull{});
+    case 2: return fma_tiles<1, 2, Form>(xr, 0, tiles, ts, n_kc, 0, 32, tile_y, 0, Pull{});
+    default: return fma_tiles<1, 1, Form>(xr, 0, tiles, ts, n_kc, 0, 16, tile_y, 0, Pull{});
+  }
+}
+
 }  // namespace
+
+void packed16_rows_finish(const float* x, int64_t M, const WeightMatrix& w, const int32_t* idx,
+                          const int64_t* counts, int64_t cap, float* y, ThreadPool& pool) {
+  const bool f16 = w.dtype == DType::kF16;
+  const int64_t N = w.n_out, K = w.n_in, Kp = (K + 31) / 32 * 32, n_kc = Kp / 32, xs = fma_x_stride(K);
+  constexpr int kG = 4;  // groups of one row per micro-kernel call (8 accumulator chains)
+  // Work items: (row, its first group, how many), at most kG groups each.
+  struct Item {
+    int64_t row, g0, n;
+  };
+  thread_local std::vector<Item> items;  // the calling thread's; the pool reads it during the call
+  items.clear();
+  DFL_ASSERT(M <= kGgmlRowChunk);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t g = 0; counts[r] > 0 && g < (counts[r] + 15) / 16; g += kG)
+      items.push_back(Item{r, g, min64(kG, (counts[r] + 15) / 16 - g)});
+  if (items.empty()) return;
+  thread_local std::vector<float> xbuf;
+  if (xbuf.size() < static_cast<size_t>(M * xs)) xbuf.resize(static_cast<size_t>(M * xs));
+  if (f16)
+    copy_fp32_rows(x, M, K, Kp, xs, xbuf.data());
+  else
+    to_bf16_fp32_rows(x, M, K, Kp, xs, xbuf.data());
+  const float* xf = xbuf.data();
+  const Item* it = items.data();
+  pool.parallel_for(
+      static_cast<int64_t>(items.size()),
+      [&, xf, it](int64_t i0, int64_t i1, int) {
+        thread_local std::vector<uint16_t> tiles;  // this thread's kG gathered tiles
+        if (tiles.size() < size_t(kG * n_kc * kPackTile)) tiles.resize(size_t(kG * n_kc * kPackTile));
+        alignas(32) float tile_y[kG * 16];
+        for (int64_t i = i0; i < i1; ++i) {
+          const Item& item = it[i];
+          const int32_t* row_idx = idx + item.row * cap;
+          int32_t outs[kG][16];
+          int64_t valid[kG];
+          for (int64_t g = 0; g < item.n; ++g) {
+            const int64_t j0 = (item.g0 + g) * 16;
+            valid[g] = min64(16, counts[item.row] - j0);
+            for (int j = 0; j < 16; ++j) outs[g][j] = row_idx[j0 + min64(j, valid[g] - 1)];
+            gather_tile16(static_cast<const uint16_t*>(w.data), K, outs[g], n_kc, f16, tiles.data() + g * n_kc * kPackTile);
+          }
+          const float* xr = xf + item.row * xs;
+          if (f16)
+            finish_groups<F16Rows>(int(item.n), xr, tiles.data(), n_kc, tile_y);
+          else
+            finish_groups<Bf16Pairs>(int(item.n), xr, tiles.data(), n_kc, tile_y);
+          for (int64_t g = 0; g < item.n; ++g)
+            for (int64_t j = 0; j < valid[g]; ++j) y[item.row * N + outs[g][j]] = tile_y[16 * g + j];
+        }
+      },
+      1);
+}
 
 void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
                              int n, ThreadPool& pool, float* xf) {
