@@ -8,6 +8,7 @@
 #include <math.h>  // INFINITY (std:: functions are inline: not in ISA files, cpu_kernels.h)
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/screen_tail.h"
 
 namespace dfl::cpu::avx2 {
 
@@ -20,10 +21,6 @@ inline __m256 abs_ps(__m256 v) {
 // The bound half-width of 8 outputs: bound·R + bound2·R2 + |y1|·rel.
 inline __m256 half_width(__m256 y, __m256 b, __m256 R, __m256 b2, __m256 R2, __m256 rel) {
   return _mm256_add_ps(_mm256_fmadd_ps(b2, R2, _mm256_mul_ps(b, R)), _mm256_mul_ps(abs_ps(y), rel));
-}
-
-inline float half_width(float y, float b, float R, float b2, float R2, float rel) {
-  return __builtin_fmaf(b2, R2, b * R) + __builtin_fabsf(y) * rel;
 }
 
 inline float hmax(__m256 v) {
@@ -62,12 +59,7 @@ float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, 
   }
   float l = hmax(L);
   bool bd = _mm256_movemask_ps(ok) != 0xFF;
-  for (; n < V; ++n) {
-    const float a = __builtin_fabsf(y1[n]);
-    bd |= !(a <= huge);
-    const float lo = y1[n] - half_width(y1[n], bound[n], R, bound2[n], R2, rel);
-    l = lo > l ? lo : l;
-  }
+  screen_tail::lower_max(y1, bound, bound2, n, V, R, R2, rel, huge, &l, &bd);
   *bad = bd;
   return l;
 }
@@ -89,13 +81,7 @@ int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float 
     if (count + __builtin_popcount(m) > cap) return -1;
     count = put_lanes(m, n, idx, count);
   }
-  for (; n < V; ++n) {
-    const float hi = y1[n] + half_width(y1[n], bound[n], R, bound2[n], R2, rel);
-    if (!(hi >= L)) continue;
-    if (count + 1 > cap) return -1;
-    idx[count++] = static_cast<int32_t>(n);
-  }
-  return count;
+  return screen_tail::candidates(y1, bound, bound2, n, V, R, R2, rel, L, idx, count, cap);
 }
 
 int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, float rel, float huge,
@@ -142,25 +128,11 @@ int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, floa
   }
   float l = hmax(L);
   bool bd = _mm256_movemask_ps(ok) != 0xFF;
-  for (int64_t n = nv; n < V; ++n) {  // the tail: lower bounds first, candidates below
-    const float a = __builtin_fabsf(y1[n]);
-    bd |= !(a <= huge);
-    const float lo = y1[n] - half_width(y1[n], bound[n], R, b2p[n], r2, rel);
-    l = lo > l ? lo : l;
-  }
+  screen_tail::lower_max(y1, bound, b2p, nv, V, R, r2, rel, huge, &l, &bd);  // the tail
   *bad = bd;
   if (bd) return -1;
   if (overflow) return screen_candidates(y1, bound, V, R, rel, l, idx, cap, bound2, R2);
-  int64_t kept = 0;
-  for (int64_t i = 0; i < count; ++i)
-    if (hi[i] >= l) idx[kept++] = idx[i];
-  for (int64_t n = nv; n < V; ++n) {
-    const float up = y1[n] + half_width(y1[n], bound[n], R, b2p[n], r2, rel);
-    if (!(up >= l)) continue;
-    if (kept + 1 > cap) return -1;
-    idx[kept++] = static_cast<int32_t>(n);
-  }
-  return kept;
+  return screen_tail::keep(y1, bound, b2p, nv, V, R, r2, rel, l, idx, hi, count, cap);
 }
 
 }  // namespace dfl::cpu::avx2

@@ -10,6 +10,7 @@
 #include <math.h>  // INFINITY (std:: functions are inline: not in ISA files, cpu_kernels.h)
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/screen_tail.h"
 
 namespace dfl::cpu::avx512 {
 
@@ -24,10 +25,6 @@ inline __m512 half_width(__m512 y, __m512 b, __m512 R, __m512 b2, __m512 R2, __m
   return _mm512_add_ps(_mm512_fmadd_ps(b2, R2, _mm512_mul_ps(b, R)), _mm512_mul_ps(abs_ps(y), rel));
 }
 
-// The same for one output (the tails): the same operations in the same order.
-inline float half_width(float y, float b, float R, float b2, float R2, float rel) {
-  return __builtin_fmaf(b2, R2, b * R) + __builtin_fabsf(y) * rel;
-}
 
 }  // namespace
 
@@ -49,12 +46,7 @@ float screen_lower_max(const float* y1, const float* bound, int64_t V, float R, 
   }
   float l = _mm512_reduce_max_ps(L);
   bool b = ok != 0xFFFF;
-  for (; n < V; ++n) {
-    const float a = __builtin_fabsf(y1[n]);
-    b |= !(a <= huge);
-    const float lo = y1[n] - half_width(y1[n], bound[n], R, bound2[n], R2, rel);
-    l = lo > l ? lo : l;
-  }
+  screen_tail::lower_max(y1, bound, bound2, n, V, R, R2, rel, huge, &l, &b);
   *bad = b;
   return l;
 }
@@ -80,13 +72,7 @@ int64_t screen_candidates(const float* y1, const float* bound, int64_t V, float 
     _mm512_mask_compressstoreu_epi32(idx + count, m, ids);
     count += c;
   }
-  for (; n < V; ++n) {
-    const float hi = y1[n] + half_width(y1[n], bound[n], R, bound2[n], R2, rel);
-    if (!(hi >= L)) continue;
-    if (count + 1 > cap) return -1;
-    idx[count++] = static_cast<int32_t>(n);
-  }
-  return count;
+  return screen_tail::candidates(y1, bound, bound2, n, V, R, R2, rel, L, idx, count, cap);
 }
 
 int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, float rel, float huge,
@@ -131,25 +117,11 @@ int64_t screen_row(const float* y1, const float* bound, int64_t V, float R, floa
   }
   float l = _mm512_reduce_max_ps(L);
   bool b = ok != 0xFFFF;
-  for (int64_t n = nv; n < V; ++n) {  // the tail: lower bounds first, candidates below
-    const float a = __builtin_fabsf(y1[n]);
-    b |= !(a <= huge);
-    const float lo = y1[n] - half_width(y1[n], bound[n], R, b2p[n], r2, rel);
-    l = lo > l ? lo : l;
-  }
+  screen_tail::lower_max(y1, bound, b2p, nv, V, R, r2, rel, huge, &l, &b);  // the tail
   *bad = b;
   if (b) return -1;
   if (overflow) return screen_candidates(y1, bound, V, R, rel, l, idx, cap, bound2, R2);
-  int64_t kept = 0;
-  for (int64_t i = 0; i < count; ++i)
-    if (hi[i] >= l) idx[kept++] = idx[i];
-  for (int64_t n = nv; n < V; ++n) {
-    const float up = y1[n] + half_width(y1[n], bound[n], R, b2p[n], r2, rel);
-    if (!(up >= l)) continue;
-    if (kept + 1 > cap) return -1;
-    idx[kept++] = static_cast<int32_t>(n);
-  }
-  return kept;
+  return screen_tail::keep(y1, bound, b2p, nv, V, R, r2, rel, l, idx, hi, count, cap);
 }
 
 float q8_0_row_dot(const uint8_t* row, const int8_t* q, const float* dx, int64_t nb) {
