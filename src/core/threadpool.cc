@@ -180,6 +180,8 @@ bool ThreadPool::redo_supported() {
   return ok;
 }
 
+bool ThreadPool::in_abandonable_chunk() { return t_redo.in_chunk && !t_redo.no_abandon; }
+
 ThreadPool::NoAbandon::NoAbandon() { t_redo.no_abandon = t_redo.no_abandon + 1; }
 
 ThreadPool::NoAbandon::~NoAbandon() {

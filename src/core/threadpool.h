@@ -88,6 +88,9 @@ class ThreadPool {
     NoAbandon(const NoAbandon&) = delete;
     NoAbandon& operator=(const NoAbandon&) = delete;
   };
+  // Whether the calling thread is inside a redoable chunk where it may be stopped for good (not
+  // in a NoAbandon scope): there it must not allocate or lock (tests check operator new).
+  static bool in_abandonable_chunk();
   // Whether this process can revoke: the signal handler is installed and membarrier works, and
   // neither a sanitizer nor DFL_POOL_REDO=0 turned it off.
   static bool redo_supported();

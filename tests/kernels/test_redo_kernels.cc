@@ -6,8 +6,12 @@
 // here: an in-place `y += x` job opted in by mistake failed within ~100 runs.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,6 +20,41 @@
 #include "core/threadpool.h"
 #include "kernels/ops.h"
 #include "kernel_test_util.h"
+
+// A redoable chunk may be stopped at any instruction for good, so it must not allocate outside a
+// NoAbandon scope: a worker stopped inside malloc leaves its arena locked, and the next
+// allocation on that arena waits forever. Every allocation of this test binary is checked.
+namespace {
+[[noreturn]] void allocation_in_chunk() {
+  static const char msg[] = "operator new inside an abandonable redoable chunk\n";
+  (void)!write(2, msg, sizeof(msg) - 1);
+  std::abort();
+}
+void* checked_alloc(std::size_t n) {
+  if (dfl::ThreadPool::in_abandonable_chunk()) allocation_in_chunk();
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* checked_alloc_aligned(std::size_t n, std::align_val_t al) {
+  if (dfl::ThreadPool::in_abandonable_chunk()) allocation_in_chunk();
+  const std::size_t a = static_cast<std::size_t>(al);
+  if (void* p = std::aligned_alloc(a, (n + a - 1) / a * a)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return checked_alloc(n); }
+void* operator new[](std::size_t n) { return checked_alloc(n); }
+void* operator new(std::size_t n, std::align_val_t al) { return checked_alloc_aligned(n, al); }
+void* operator new[](std::size_t n, std::align_val_t al) { return checked_alloc_aligned(n, al); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace dfl {
 namespace {

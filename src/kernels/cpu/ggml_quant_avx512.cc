@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/threadpool.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx512.h"
 
@@ -47,7 +48,10 @@ void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t*
   const int64_t ldq = K + 256, nb = K / ab, n16 = K / 16, n32 = K / 32;
   const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
   thread_local std::vector<float> inv;  // 1 / d per block of the row
-  if (static_cast<int64_t>(inv.size()) < nb) inv.resize(static_cast<size_t>(nb));
+  if (static_cast<int64_t>(inv.size()) < nb) {
+    ThreadPool::NoAbandon grow;  // (a redoable chunk: a worker must not be stopped inside malloc)
+    inv.resize(static_cast<size_t>(nb));
+  }
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * K;
     int8_t* qr = q + m * ldq;
