@@ -22,13 +22,12 @@
 // second norm for the rounding bound; they and every other weight take the logits path.
 //
 // The 6-bit plane (Q8_0 on AVX-512 and AVX2, where the head's weight stream is most of a decode
-// step). A
-// weight q (int8) = 4·h + l with h = q >> 2 (−32..31) and l ∈ {0..3}; the plane keeps h only,
-// read as ŵ = d·(4h + 1.5), so w − ŵ = d·(l − 1.5) =: e with |e| ≤ 1.5·d (measured on Gemma-3-
-// 270M's head: ||e_n|| ≈ 2.5 % of ||w_n||, at most 5.5 %). The plane kernel
-// (cpu/argmax_plane_avx512.cc; cpu/argmax_plane_avx2.cc gives its bits) computes ŷ1 = fl(Σ ŵ·x̂1) (x̂1 = d1·q1) with |ŷ1 − Σ ŵ·x̂1| ≤
-// γ_p·||ŵ||·||x̂1|| (plane_gamma: per block t = fl(4dx·Σh·q1 + c), c = fl(1.5·dx·Σq1), then one
-// fma of d·t into one accumulator — c's rounding is at most 3·2⁻²⁴·||ŵ_b||·||x̂1_b|| since every
+// step). A weight q (int8) = 4·h + l with h = q >> 2 (−32..31) and l ∈ {0..3}; the plane keeps h
+// only, read as ŵ = d·(4h + 1.5), so w − ŵ = d·(l − 1.5) =: e with |e| ≤ 1.5·d (measured on
+// Gemma-3-270M's head: ||e_n|| ≈ 2.5 % of ||w_n||, at most 5.5 %). The plane kernel
+// (cpu/argmax_plane_avx512.cc; cpu/argmax_plane_avx2.cc gives its bits) computes
+// ŷ1 = fl(Σ ŵ·x̂1) (x̂1 = d1·q1) with |ŷ1 − Σ ŵ·x̂1| ≤ γ_p·||ŵ||·||x̂1|| (plane_gamma: per
+// block t = fl(4dx·Σh·q1 + c), c = fl(1.5·dx·Σq1), then one fma of d·t into one accumulator — c's rounding is at most 3·2⁻²⁴·||ŵ_b||·||x̂1_b|| since every
 // |ŵ| ≥ d/2 — so γ_p = (nb + 5)·2⁻²³), so against
 // the kernel's y1 (|y1 − Σ w·x̂1| ≤ γ·||w||·||x̂1||, γ as above)
 //   |y1_n − ŷ1_n| ≤ P_n·X1,   P_n = (||e_n|| + γ·||w_n|| + γ_p·||ŵ_n||)·(1 + 2⁻¹⁶) (plane_bound),
@@ -42,10 +41,10 @@
 //   d [16 o] f16 (the block's own).
 //
 // BF16 heads (kPackedAmxBf16 on AVX-512 without AMX: the packed kernel, vdpbf16ps or its FMA
-// form; on AVX2 the FMA form). The kernel's output is y = fl(Σ w·x̃), x̃ = bf16(x), one fp32 accumulator per output
-// walking the k pairs in order, every step one or two roundings of exact bf16 products, so
-// |y − Σ w·x̃| ≤ γ_b·||w||·||x̃|| with γ_b = (2K + 4)·2⁻²³ (also under round-toward-zero). The
-// plane is built from w itself: per 32-block d = fp16(max|w| / 127) (rounded up), q = clamp(
+// form; on AVX2 the FMA form). The kernel's output is y = fl(Σ w·x̃), x̃ = bf16(x), one fp32
+// accumulator per output walking the k pairs in order, every step one or two roundings of exact
+// bf16 products, so |y − Σ w·x̃| ≤ γ_b·||w||·||x̃|| with γ_b = (2K + 4)·2⁻²³ (also under
+// round-toward-zero). The plane is built from w itself: per 32-block d = fp16(max|w| / 127) (rounded up), q = clamp(
 // rne(w / d), ±127), h = q >> 2, ŵ = d·(4h + 1.5) — the Q8_0 plane's layout and kernel — with
 // e = w − ŵ measured in double. x̂1 = d1·q1 is x̃'s int8 part (32-blocks), r = x̃ − x̂1, and
 //   y − ŷ1 = (y − Σ w·x̃) + ⟨w, r⟩ + ⟨e, x̂1⟩ + (Σ ŵ·x̂1 − ŷ1)
@@ -60,12 +59,12 @@
 // full and counts as a miss, so flat heads step aside to the logits. A weight with a bf16
 // denormal, inf or NaN gets no screen.
 //
-// F16 heads (kPackedF16x16 on AVX-512 and AVX2: one fp32 FMA per k on x itself) take the same screen with
-// x̃ = x (no rounding; K roundings, inside γ_b's 2K + 4) and every finite f16 weight (an f16
+// F16 heads (kPackedF16x16 on AVX-512 and AVX2: one fp32 FMA per k on x itself) take the same
+// screen with x̃ = x (no rounding; K roundings, inside γ_b's 2K + 4) and every finite f16 weight (an f16
 // subnormal is a normal fp32, so nothing is flushed); an inf or NaN weight gets no screen.
 //
-// Q6_K heads (AVX-512 and AVX2; the head of most Q4_K_M / Q5_K_M files): the 6-bit plane of the Q8_0
-// heads, built from the dequantized values as for BF16 (d·sc·(u − 32), exact in fp32), read
+// Q6_K heads (AVX-512 and AVX2; the head of most Q4_K_M / Q5_K_M files): the 6-bit plane of the
+// Q8_0 heads, built from the dequantized values as for BF16 (d·sc·(u − 32), exact in fp32), read
 // instead of the Q6_K blocks, whose unpacking and per-16 integer scales make their kernel
 // compute-bound on verify-sized batches (the plane is no smaller: 0.81 against 0.82 bytes per
 // weight). Everything else is the Q8_0 plane's: y1 is the Q6_K kernel's q1 half, so
