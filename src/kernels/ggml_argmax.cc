@@ -487,14 +487,12 @@ void plane_matmul(const cpu::GgmlAct& a_in, int64_t ab, int64_t M, const ArgmaxS
   const float* dx4 = p.dx;
   const float* c = cs.data();
   const uint8_t* plane = s.plane->data();
-  const IsaLevel isa = int8_isa();
-  pool.parallel_for_redoable((V + 15) / 16, [&, q, nc, dx4, c, plane](int64_t t0, int64_t t1, int) {
-    if (isa == IsaLevel::kAvx512)
-      cpu::avx512::q8_0_plane_tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
-    else if (avx_vnni_usable())
-      cpu::avx2_vnni::q8_0_plane_tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
-    else
-      cpu::avx2::q8_0_plane_tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
+  // The plane kernel of the int8 ISA (all three give the same bits).
+  const auto tiles = int8_isa() == IsaLevel::kAvx512 ? cpu::avx512::q8_0_plane_tiles
+                     : avx_vnni_usable()             ? cpu::avx2_vnni::q8_0_plane_tiles
+                                                     : cpu::avx2::q8_0_plane_tiles;
+  pool.parallel_for_redoable((V + 15) / 16, [&, q, nc, dx4, c, plane, tiles](int64_t t0, int64_t t1, int) {
+    tiles(q, nc, dx4, c, M, plane, nb, V, y, t0, t1);
   });
 }
 
