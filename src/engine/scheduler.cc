@@ -19,7 +19,7 @@ double since(Clock::time_point t0) {
 constexpr int32_t kRecomputeChunk = 32;
 // Auto draft lengths: a sequence that chose not to draft this many steps in a row drafts 2.
 constexpr int32_t kExploreEvery = 4;
-static_assert(kRecomputeChunk < kBf16AttentionMinQueries);
+static_assert(kRecomputeChunk < kPrefillAttentionMinQueries);
 }  // namespace
 
 struct Scheduler::Seq {

@@ -480,7 +480,7 @@ void rope_neox(float* x, int64_t n_rows, int64_t row_stride, int64_t n_heads, in
 }
 
 namespace {
-bool g_bf16_prefill_attention = [] {
+bool g_prefill_attention = [] {
   const char* s = std::getenv("DFL_PREFILL_ATTN");
   return !(s && std::string(s) == "fp32");
 }();
@@ -495,7 +495,15 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   if (n_q <= 0) return;
   const int64_t n_kv = kv.n_slots;
   ThreadPool& pool = pool_for(pool_in, n_q * p.n_heads * n_kv * (p.d_qk + p.d_v));
-  if (uses_bf16_prefill_attention(n_q)) {
+  if (uses_prefill_attention(n_q) && cpu_isa() == IsaLevel::kAvx2) {
+    thread_local std::vector<float> buf;
+    thread_local std::vector<int32_t> pos;
+    const int64_t n = cpu::avx2::prefill_attention_work_floats(p, n_kv, pool.n_threads());
+    cpu::avx2::attention_prefill(q, q_pos, n_q, kv, p, out, pool, scratch(buf, static_cast<size_t>(n)),
+                                 scratch(pos, static_cast<size_t>((n_kv + 15) / 16 * 16)));
+    return;
+  }
+  if (uses_prefill_attention(n_q)) {
     thread_local std::vector<float> buf;
     thread_local std::vector<int32_t> pos;
     const int64_t n = cpu::avx512::bf16_prefill_attention_work_floats(p, n_kv, pool.n_threads());
@@ -569,11 +577,10 @@ bool kv_dtype_from_name(const char* s, KvDtype* out) {
 
 void set_bf16_dot(Bf16Dot d) { ops::g_bf16_dot = d; }
 Bf16Dot bf16_dot() { return avx512_bf16_usable() ? ops::g_bf16_dot : Bf16Dot::kFma; }
-void set_bf16_prefill_attention(bool on) { ops::g_bf16_prefill_attention = on; }
-bool bf16_prefill_attention() { return ops::g_bf16_prefill_attention; }
-bool uses_bf16_prefill_attention(int64_t n_q) {
-  return n_q >= kBf16AttentionMinQueries && bf16_prefill_attention() &&
-         cpu_isa() == IsaLevel::kAvx512;
+void set_prefill_attention(bool on) { ops::g_prefill_attention = on; }
+bool prefill_attention() { return ops::g_prefill_attention; }
+bool uses_prefill_attention(int64_t n_q) {
+  return n_q >= kPrefillAttentionMinQueries && prefill_attention() && cpu_isa() >= IsaLevel::kAvx2;
 }
 
 PackedWeight prepack_weight(const WeightMatrix& w, ThreadPool* pool) {

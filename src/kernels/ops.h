@@ -96,17 +96,18 @@ WeightMatrix ggml_weight(DType dtype, int64_t n_out, int64_t n_in, const void* d
 // Deterministic; `pool` (optional) only parallelizes.
 QuantizedQ8 quantize_q8(const WeightMatrix& src, ThreadPool* pool = nullptr);
 
-// Query runs at least this long take the bf16 prefill attention on AVX-512 machines (AMX tiles
-// where AMX is usable, AVX-512 BF16 dot products elsewhere; see attention).
-constexpr int64_t kBf16AttentionMinQueries = 64;
-// Turns that bf16 prefill attention off (every call then takes the fp32, batch-invariant path)
-// or back on. Default on, unless the environment has DFL_PREFILL_ATTN=fp32. Not thread-safe
-// against running kernels (set it before a run, as tests do).
-void set_bf16_prefill_attention(bool on);
-bool bf16_prefill_attention();
-// Whether an attention call of n_q queries takes the bf16 prefill path now (the rule above,
+// Query runs at least this long take the prefill attention (see attention): bf16 products on
+// AVX-512 machines (AMX tiles where AMX is usable, AVX-512 BF16 dot products elsewhere), fp32
+// tiles of queries × keys on AVX2 machines.
+constexpr int64_t kPrefillAttentionMinQueries = 64;
+// Turns that prefill attention off (every call then takes the per-row fp32, batch-invariant
+// path) or back on. Default on, unless the environment has DFL_PREFILL_ATTN=fp32. Not
+// thread-safe against running kernels (set it before a run, as tests do).
+void set_prefill_attention(bool on);
+bool prefill_attention();
+// Whether an attention call of n_q queries takes the prefill path now (the rule above,
 // with the current ISA cap and AMX switch): the one place that decides it.
-bool uses_bf16_prefill_attention(int64_t n_q);
+bool uses_prefill_attention(int64_t n_q);
 
 struct AttnParams {
   int32_t n_heads = 0;
@@ -293,13 +294,16 @@ constexpr int64_t kParallelElems = int64_t(1) << 13;
 //   out:   [n_q, n_heads, d_v]
 // Keys are visited in slot order; a query with no visible key and no sink gets zeros.
 // Sinks add exp(s_h) to the softmax denominator with no value.
-// Precision and batch invariance: calls with n_q < kBf16AttentionMinQueries (decode, verify and
+// Precision and batch invariance: calls with n_q < kPrefillAttentionMinQueries (decode, verify and
 // drafter blocks) compute in fp32 and are batch invariant with each other (a row's result is
 // bit-identical for any n_q below the threshold, any thread count). Longer query runs (prompt
 // prefill) on AVX-512 machines take bf16 products (AMX tiles, or AVX-512 BF16 dot products
 // without AMX): Q, K, V and the softmax probabilities are rounded to bf16, sums and the softmax
-// stay fp32 (relative error ~1e-3, like bf16 inference engines); those rows are invariant among
-// themselves but not bit-identical to the fp32 path (nor the AMX rows to the AVX-512 ones).
+// stay fp32 (relative error ~1e-3, like bf16 inference engines); on AVX2 machines they take fp32
+// tiles of queries × keys (cpu/attention_prefill_avx2.cc: another summation order and a
+// polynomial e^x, ~1e-6 relative). Those rows are invariant among themselves (any n_q at or
+// above the threshold, any thread count, any paging) but not bit-identical to the per-row fp32
+// path (nor the AMX rows to the AVX-512 ones).
 // Lossless speculative decoding is unaffected: target-only and speculative runs prefill the
 // same prompt with the same call, and verify blocks are far below the threshold.
 // bf16 KV (KvPages kBF16, the paged call below): every path widens bf16 exactly, so the result

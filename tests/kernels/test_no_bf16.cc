@@ -150,7 +150,7 @@ TEST(NoBf16, Bf16PrefillAttentionSameBits) {
   if (!have_bf16_instructions()) GTEST_SKIP() << "no AVX512_BF16 here to compare with";
   ThreadPool pool(2);
   const test::AttnCase c{8, 2, 72, 64};
-  const int64_t n_q = kBf16AttentionMinQueries + 17, n_kv = 300;
+  const int64_t n_q = kPrefillAttentionMinQueries + 17, n_kv = 300;
   test::AttnData d;
   d.q = with_denormals(n_q * c.n_heads * c.d_qk, 1);
   d.k = with_denormals(n_kv * c.n_kv_heads * c.d_qk, 2);
@@ -160,7 +160,7 @@ TEST(NoBf16, Bf16PrefillAttentionSameBits) {
   std::iota(d.k_pos.begin(), d.k_pos.end(), 0);
   d.q_pos.resize(n_q);
   for (int64_t i = 0; i < n_q; ++i) d.q_pos[i] = static_cast<int32_t>(n_kv - n_q + i);
-  ASSERT_TRUE(uses_bf16_prefill_attention(n_q));
+  ASSERT_TRUE(uses_prefill_attention(n_q));
   for (bool sinks : {false, true}) {
     const AttnParams p = test::attn_params(c, Window{-1, 0}, d, sinks);
     expect_same_bits("prefill attention", n_q * c.n_heads * c.d_v, [&](float* out) {

@@ -38,8 +38,8 @@ TEST_P(Qwen3Golden, PromptForwardMatchesTransformers) {
 // rows equals the same rows computed one token at a time, bit for bit.
 TEST_P(Qwen3Golden, BatchedEqualsIncrementalBitwise) {
   struct Fp32Attention {
-    Fp32Attention() { set_bf16_prefill_attention(false); }
-    ~Fp32Attention() { set_bf16_prefill_attention(true); }
+    Fp32Attention() { set_prefill_attention(false); }
+    ~Fp32Attention() { set_prefill_attention(true); }
   } fp32_attention;
   const std::string dir = test::fixture("qwen3/" + GetParam());
   Golden g(dir + "/golden.safetensors");
@@ -67,35 +67,44 @@ TEST_P(Qwen3Golden, BatchedEqualsIncrementalBitwise) {
   }
 }
 
-// The default path: a run of >= kBf16AttentionMinQueries rows takes the bf16 prefill attention
-// on AVX-512 machines (AMX tiles, or AVX-512 BF16 dot products). Its logits stay within bf16
-// rounding of the fp32 incremental ones and the greedy picks are unchanged. (gqa4_yarn: the fixture whose prompt + continuation is that long.)
-TEST(Qwen3GoldenPrefill, Bf16AttentionCloseToFp32) {
+// The default path: a run of >= kPrefillAttentionMinQueries rows takes the prefill attention
+// (ops.h): bf16 products on AVX-512 machines (AMX tiles, or AVX-512 BF16 dot products), fp32
+// query × key tiles on AVX2 ones; each level this machine has is run (the model loaded under its
+// cap). Its logits stay within bf16 rounding of the per-row fp32 ones (AVX2: within 1e-4 of
+// them) and the greedy picks are unchanged. (gqa4_yarn: the fixture whose prompt + continuation
+// is that long.)
+TEST(Qwen3GoldenPrefill, PrefillAttentionCloseToFp32) {
   const std::string name = "gqa4_yarn";
   const std::string dir = test::fixture("qwen3/" + name);
   Golden g(dir + "/golden.safetensors");
   auto pool = test::make_pool();
-  auto model = load_causal_lm(dir, LoadOptions{}, *pool);
-  const int32_t V = model->config().vocab_size;
   auto seq = g.i32("prompt_ids");
   const auto greedy = g.i32("greedy_ids");
   seq.insert(seq.end(), greedy.begin(), greedy.end() - 1);
-  ASSERT_GE(static_cast<int64_t>(seq.size()), kBf16AttentionMinQueries);
-  if (!uses_bf16_prefill_attention(static_cast<int64_t>(seq.size())))
-    GTEST_SKIP() << "no AVX-512 on this machine: the fp32 path is the only one";
-  ForwardOut fast = test::run_forward(*model, seq, LogitsMode::kAll);
-  model->kv().clear(0);
-  set_bf16_prefill_attention(false);
-  ForwardOut exact = test::run_forward(*model, seq, LogitsMode::kAll);
-  set_bf16_prefill_attention(true);
-  float scale = 0;
-  for (float x : exact.logits) scale = std::max(scale, std::fabs(x));
-  const double err = test::max_abs_diff(fast.logits.data(), exact.logits.data(), exact.logits.size());
-  std::printf("%s: bf16 prefill attention, max |logit diff| %.3g (max |logit| %.3g)\n",
-              name.c_str(), err, scale);
-  EXPECT_LT(err, 2e-2 * scale);
-  const size_t n = seq.size() - greedy.size() + 1;
-  EXPECT_EQ(test::argmax_rows(fast.logits.data() + (n - 1) * V, greedy.size(), V), greedy);
+  ASSERT_GE(static_cast<int64_t>(seq.size()), kPrefillAttentionMinQueries);
+  int levels = 0;
+  for (IsaLevel isa : {IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+    set_cpu_isa_limit(isa);
+    if (cpu_isa() != isa || !uses_prefill_attention(static_cast<int64_t>(seq.size()))) continue;
+    ++levels;
+    auto model = load_causal_lm(dir, LoadOptions{}, *pool);
+    const int32_t V = model->config().vocab_size;
+    ForwardOut fast = test::run_forward(*model, seq, LogitsMode::kAll);
+    model->kv().clear(0);
+    set_prefill_attention(false);
+    ForwardOut exact = test::run_forward(*model, seq, LogitsMode::kAll);
+    set_prefill_attention(true);
+    float scale = 0;
+    for (float x : exact.logits) scale = std::max(scale, std::fabs(x));
+    const double err = test::max_abs_diff(fast.logits.data(), exact.logits.data(), exact.logits.size());
+    std::printf("%s (%s): prefill attention, max |logit diff| %.3g (max |logit| %.3g)\n", name.c_str(),
+                isa_name(isa), err, scale);
+    EXPECT_LT(err, (isa == IsaLevel::kAvx2 ? 1e-4 : 2e-2) * scale) << isa_name(isa);
+    const size_t n = seq.size() - greedy.size() + 1;
+    EXPECT_EQ(test::argmax_rows(fast.logits.data() + (n - 1) * V, greedy.size(), V), greedy) << isa_name(isa);
+  }
+  set_cpu_isa_limit(IsaLevel::kAvx512);
+  if (levels == 0) GTEST_SKIP() << "no AVX2 on this machine: the per-row fp32 path is the only one";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen3Golden,

@@ -16,6 +16,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace dfl::cpu::avx2 {
 
@@ -32,13 +33,6 @@ inline bool visible(int32_t q, int32_t k, Window w) {
   return true;
 }
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 inline float dot(const float* a, const float* b, int32_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int32_t d = 0;
@@ -50,7 +44,7 @@ inline float dot(const float* a, const float* b, int32_t n) {
     s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), s0);
     d += 8;
   }
-  float r = hsum(_mm256_add_ps(s0, s1));
+  float r = hsum8(_mm256_add_ps(s0, s1));
   for (; d < n; ++d) r = __builtin_fmaf(a[d], b[d], r);
   return r;
 }

@@ -1,4 +1,4 @@
-// The bf16 prefill attention (ops.h `attention`, n_q ≥ kBf16AttentionMinQueries on AVX-512),
+// The bf16 prefill attention (ops.h `attention`, n_q ≥ kPrefillAttentionMinQueries on AVX-512),
 // shared by its two product engines: AMX tiles (cpu/attention_amx.cc, tdpbf16ps) and AVX-512
 // BF16 dot products (cpu/attention_bf16_avx512.cc, vdpbf16ps, for machines without AMX such as
 // Zen 4). Everything but the two products lives here, once.

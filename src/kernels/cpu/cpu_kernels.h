@@ -186,7 +186,7 @@ int64_t attention_work_floats(const AttnParams& p, int64_t n_q, int64_t n_kv, in
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool, float* work,
                int32_t* pos_work);
-// The bf16 prefill attention (ops.h: n_q >= kBf16AttentionMinQueries) on AVX-512 BF16 dot
+// The bf16 prefill attention (ops.h: n_q >= kPrefillAttentionMinQueries) on AVX-512 BF16 dot
 // products, for machines without AMX (cpu/attention_bf16_avx512.cc). work:
 // bf16_prefill_attention_work_floats(p, kv.n_slots, pool.n_threads()) floats, for this engine
 // and amx::attention alike (one scratch layout: cpu/attention_bf16_prefill.h); pos_work:
@@ -238,7 +238,7 @@ void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
 // used; a.d valid for rows < M; more than kGgmlAmxMaxRows rows run as chunks of that many).
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q6k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
-// The bf16 prefill attention (ops.h: n_q >= kBf16AttentionMinQueries) on AMX tiles
+// The bf16 prefill attention (ops.h: n_q >= kPrefillAttentionMinQueries) on AMX tiles
 // (cpu/attention_amx.cc; the algorithm both engines share: cpu/attention_bf16_prefill.h).
 // work / pos_work: as for avx512::attention_bf16. Only call when amx_usable().
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
@@ -284,6 +284,13 @@ void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, 
 int64_t attention_work_floats(const AttnParams& p, int n_threads);
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool, float* work);
+// The prefill attention (ops.h: n_q >= kPrefillAttentionMinQueries) on AVX2: fp32, tiles of 8
+// queries × 16 slots over one kv head's packed slots at a time (cpu/attention_prefill_avx2.cc).
+// work: prefill_attention_work_floats(p, kv.n_slots, pool.n_threads()) floats; pos_work:
+// kv.n_slots rounded up to 16 ints.
+int64_t prefill_attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads);
+void attention_prefill(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
+                       const AttnParams& p, float* out, ThreadPool& pool, float* work, int32_t* pos_work);
 // The element-wise ops of the avx512:: names above on 8 lanes (cpu/elementwise_avx2.cc).
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, float* y);
 void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, int64_t dim,

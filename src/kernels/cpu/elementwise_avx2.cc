@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace dfl::cpu::avx2 {
 
@@ -26,32 +27,6 @@ inline void store(float* p, int64_t n, __m256 v) {
     _mm256_storeu_ps(p, v);
   else
     _mm256_maskstore_ps(p, lanes8(n), v);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// e^x, |rel err| ≲ 2e-7; x clamped to [-87.3, 88.3] (n = round(x·log2 e) in [-126, 127], so
-// 2^n is a normal number built from its exponent bits).
-inline __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.3888949e-3f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3333847e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1666670e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666667e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
 // tanh as tanh16 (odd polynomial below 0.625, 1 - 2 / (e^(2|x|) + 1) above; sign by bit; NaN
@@ -88,7 +63,7 @@ inline float sum_squares(const float* x, int64_t n) {
     const __m256 u = load(x + i, n - i);
     a0 = _mm256_fmadd_ps(u, u, a0);
   }
-  return hsum(_mm256_add_ps(a0, a1));
+  return hsum8(_mm256_add_ps(a0, a1));
 }
 
 inline void scale_by(const float* x, const float* w, int64_t n, float inv, float* y) {
@@ -118,7 +93,7 @@ void add_rms_norm(float* res, const float* x, const float* w, int64_t n_rows, in
       store(rr + i, dim - i, v);
       a0 = _mm256_fmadd_ps(v, v, a0);
     }
-    const float ss = hsum(a0);
+    const float ss = hsum8(a0);
     const float inv = 1.0f / __builtin_sqrtf(ss / static_cast<float>(dim) + eps);
     scale_by(rr, w, dim, inv, y + r * dim);
   }
