@@ -182,7 +182,7 @@ BENCHMARK_CAPTURE(BM_AttentionKvPool, qwen3_0_6b, 16, 8, 128)
 // context, decode, and the second 256-token prefill chunk of a 512-token prompt.
 BENCHMARK_CAPTURE(BM_AttentionKvPool, gemma3_270m, 4, 1, 256)
     ->ArgNames({"n_q", "n_kv", "bf16"})
-    ->Args({1, 129, 1})->Args({16, 144, 1})->Args({16, 144, 0})->Args({256, 512, 1})
+    ->Args({1, 129, 1})->Args({16, 144, 1})->Args({16, 144, 0})->Args({256, 512, 1})->Args({256, 4096, 1})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_Attention, qwen3_4b_causal, 32, 8, 128, 128, Window{-1, 0})

@@ -31,7 +31,7 @@ namespace dfl::cpu::avx2 {
 
 namespace {
 
-constexpr int kQT = 8;   // query rows per task
+constexpr int kMaxRows = 16;  // (query, head) rows per task
 constexpr int kRG = 4;   // rows per register group (4 rows × 16 lanes: 8 accumulators)
 constexpr int kKB = 16;  // slots per key block
 
@@ -161,39 +161,56 @@ inline void accumulate(float* O, const float* P, const float* c, const float* vb
   }
 }
 
-// Queries [i0, i0 + rows) (rows ≤ kQT) of query head h over the packed head. work: kQT · dvp +
-// kQT · kKB floats.
-void run_tile(const float* q, const int32_t* q_pos, int64_t i0, int rows, int32_t h, const AttnParams& p,
+// A task's rows: queries [i0, i0 + nq) × query heads [h0, h0 + gh), row r = (query i0 + r / gh,
+// head h0 + r % gh); the heads of one kv group see the same slots, so every K and V value a
+// block loads serves all of them.
+struct TileRows {
+  int64_t i0 = 0;
+  int nq = 0, gh = 1;
+  int32_t h0 = 0;
+  int rows() const { return nq * gh; }
+};
+
+// One task over the packed head (top comment). work: kMaxRows · dvp + kMaxRows · kKB floats.
+void run_tile(const float* q, const int32_t* q_pos, const TileRows& tr, const AttnParams& p,
               const PackedHead& ph, float* work, float* out) {
   const int32_t dq = p.d_qk, dv = p.d_v;
   const int64_t dvp = ph.dvp;
-  float* O = work;              // [kQT][dvp]
-  float* P = O + kQT * dvp;     // [kQT][kKB]
-  float m[kQT], l[kQT], c[kQT];
-  const float* qr[kQT];
-  int32_t qp[kQT];
-  for (int r = 0; r < kQT; ++r) {
-    const int64_t i = i0 + (r < rows ? r : rows - 1);  // rows past `rows` repeat the last, unused
+  const int rows = tr.rows();
+  float* O = work;                   // [kMaxRows][dvp]
+  float* P = O + kMaxRows * dvp;     // [kMaxRows][kKB]
+  float m[kMaxRows], l[kMaxRows], c[kMaxRows];
+  const float* qr[kMaxRows];
+  int32_t qp[kMaxRows];
+  for (int r = 0; r < kMaxRows; ++r) {
+    const int rr = r < rows ? r : rows - 1;  // rows past `rows` repeat the last, never stored
+    const int64_t i = tr.i0 + rr / tr.gh;
+    const int32_t h = tr.h0 + rr % tr.gh;
     qr[r] = q + (i * p.n_heads + h) * dq;
     qp[r] = q_pos[i];
     m[r] = p.sinks ? p.sinks[h] : -__builtin_inff();
     l[r] = p.sinks ? 1.0f : 0.0f;
     c[r] = 1.0f;
   }
-  std::memset(O, 0, static_cast<size_t>(kQT * dvp) * 4);
+  std::memset(O, 0, static_cast<size_t>(kMaxRows * dvp) * 4);
   for (int64_t b = 0; b < ph.n_kb; ++b) {
     const __m256i kp0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ph.pos + b * kKB));
     const __m256i kp1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ph.pos + b * kKB + 8));
-    __m256 vis[kQT][2];
+    __m256 vis[kMaxRows][2];
     unsigned sees = 0;  // bit r: row r sees a slot of the block
     for (int r = 0; r < rows; ++r) {
-      vis[r][0] = visible8(qp[r], kp0, p.window);
-      vis[r][1] = visible8(qp[r], kp1, p.window);
+      if (r % tr.gh == 0) {  // one mask per query, shared by its heads
+        vis[r][0] = visible8(qp[r], kp0, p.window);
+        vis[r][1] = visible8(qp[r], kp1, p.window);
+      } else {
+        vis[r][0] = vis[r - 1][0];
+        vis[r][1] = vis[r - 1][1];
+      }
       if (_mm256_movemask_ps(_mm256_or_ps(vis[r][0], vis[r][1]))) sees |= 1u << r;
     }
     if (!sees) continue;
     const float* kt = ph.kt + b * kKB * dq;
-    for (int r0 = 0; r0 < kQT; r0 += kRG) {
+    for (int r0 = 0; r0 < rows; r0 += kRG) {
       if (!(sees >> r0 & ((1u << kRG) - 1))) continue;
       __m256 s[kRG][2];
       scores(qr + r0, kt, dq, s);
@@ -206,16 +223,24 @@ void run_tile(const float* q, const int32_t* q_pos, int64_t i0, int rows, int32_
   }
   for (int r = 0; r < rows; ++r) {
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    float* o = out + ((i0 + r) * p.n_heads + h) * dv;
+    float* o = out + ((tr.i0 + r / tr.gh) * p.n_heads + tr.h0 + r % tr.gh) * dv;
     for (int32_t d = 0; d < dv; ++d) o[d] = O[r * dvp + d] * inv;
   }
+}
+
+// Heads per task: the largest divisor of the group size up to kRG.
+int heads_per_task(const AttnParams& p) {
+  const int g = p.n_heads / p.n_kv_heads;
+  for (int gh = kRG; gh > 1; --gh)
+    if (g % gh == 0) return gh;
+  return 1;
 }
 
 }  // namespace
 
 int64_t prefill_attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads) {
   const int64_t slots = pad16(n_kv), dvp = pad16(p.d_v);
-  return slots * (p.d_qk + dvp) + static_cast<int64_t>(n_threads) * (kQT * dvp + kQT * kKB);
+  return slots * (p.d_qk + dvp) + static_cast<int64_t>(n_threads) * (kMaxRows * dvp + kMaxRows * kKB);
 }
 
 void attention_prefill(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
@@ -227,19 +252,23 @@ void attention_prefill(const float* q, const int32_t* q_pos, int64_t n_q, const 
   ph.v = ph.kt + ph.n_kb * kKB * p.d_qk;
   ph.pos = pos_work;
   float* task_work = ph.v + ph.n_kb * kKB * ph.dvp;
-  const int64_t per_thread = kQT * ph.dvp + kQT * kKB;
+  const int64_t per_thread = kMaxRows * ph.dvp + kMaxRows * kKB;
   const int32_t group = p.n_heads / p.n_kv_heads;
-  const int64_t tiles = (n_q + kQT - 1) / kQT;
+  const int gh = heads_per_task(p), nq = kMaxRows / gh, parts = group / gh;
+  const int64_t tiles = (n_q + nq - 1) / nq;
   for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
     pool.parallel_for_redoable(ph.n_kb, [&](int64_t b0, int64_t b1, int) {
       for (int64_t b = b0; b < b1; ++b) pack_block(kv, p, kvh, b, ph);
     });
-    pool.parallel_for_redoable(tiles * group, [&](int64_t t0, int64_t t1, int tid) {
+    pool.parallel_for_redoable(tiles * parts, [&](int64_t t0, int64_t t1, int tid) {
       float* w = task_work + static_cast<int64_t>(tid) * per_thread;
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t i0 = (t / group) * kQT;
-        const int rows = static_cast<int>(n_q - i0 < kQT ? n_q - i0 : kQT);
-        run_tile(q, q_pos, i0, rows, kvh * group + static_cast<int32_t>(t % group), p, ph, w, out);
+        TileRows tr;
+        tr.i0 = (t / parts) * nq;
+        tr.nq = static_cast<int>(n_q - tr.i0 < nq ? n_q - tr.i0 : nq);
+        tr.gh = gh;
+        tr.h0 = kvh * group + static_cast<int32_t>(t % parts) * gh;
+        run_tile(q, q_pos, tr, p, ph, w, out);
       }
     });
   }
