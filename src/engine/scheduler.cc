@@ -14,7 +14,7 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-// Generated tokens are recomputed (after a preemption) in runs below the bf16 prefill-attention
+// Generated tokens are recomputed (after a preemption) in runs below the prefill-attention
 // threshold, as they were computed the first time (verify blocks, single tokens).
 constexpr int32_t kRecomputeChunk = 32;
 // Auto draft lengths: a sequence that chose not to draft this many steps in a row drafts 2.

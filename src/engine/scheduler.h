@@ -8,12 +8,12 @@
 //      anchor alone), then prefill chunks are added in admission order while they fit the token
 //      budget (at least one chunk per step, so prefill always progresses). A prompt is always cut
 //      at the same places — multiples of prefill_chunk from 0 — whatever shares the step, so its
-//      numbers never depend on the schedule (the bf16 prefill-attention exception of
+//      numbers never depend on the schedule (the prefill-attention exception of
 //      kernels/ops.h sees the same call sizes alone and in a batch);
 //   3. make room in both pools for every planned row; when a pool is out of pages, preempt the
 //      most recently admitted sequence (free everything, requeue it at the front; it recomputes
-//      later: its prompt with the same chunk cuts, its generated tokens in chunks below the bf16
-//      threshold, as they were computed the first time), and plan again;
+//      later: its prompt with the same chunk cuts, its generated tokens in chunks below the prefill
+//      attention threshold, as they were computed the first time), and plan again;
 //   4. one proposer pass: every speculating sequence appends the target features of the
 //      positions committed last step and drafts its block;
 //   5. one target forward over all segments, with taps for speculating sequences;
