@@ -276,11 +276,10 @@ void ggml_act_residual(const float* x, const int8_t* q, const float* d, int64_t 
 // (cpu/q8_avx2.cc).
 void matmul_q8(const Q8Act& xq, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, int32_t* c);
-// Attention over fp32 or bf16 KV pages (cpu/attention_avx2.cc: per row, online softmax over
-// blocks of 8 logical slots, the heads of a GQA group walked together; batch, paging and thread
-// invariant; bf16 widened exactly, so the
-// bits of the fp32 pages holding the same values). work: attention_work_floats(p,
-// pool.n_threads()) floats.
+// Attention over fp32 or bf16 KV pages (cpu/attention_avx2.cc: tiles of up to 16 (query, head)
+// rows of one GQA group over blocks of 16 slots read in place, online softmax with exp8; batch,
+// paging and thread invariant; bf16 widened exactly, so the bits of the fp32 pages holding the
+// same values). work: attention_work_floats(p, pool.n_threads()) floats.
 int64_t attention_work_floats(const AttnParams& p, int n_threads);
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool, float* work);
