@@ -168,36 +168,47 @@ struct TileState {
   // O[r] = O[r]·c[r] + Σ_t P[r][t]·v_t for the rows r0..r0+3 in `active` (the others' O
   // untouched), 4 rows × 16 value dims at a time over the block's slots in order: a slot no
   // active row sees is skipped (the K/V of empty slots may be garbage), and a row that does not
-  // see a slot gets no product for it (not a product by 0: its O keeps its bits).
+  // see a slot gets no product for it (not a product by 0: its O keeps its bits). Where every
+  // active row sees the same slots (all but the blocks on a causal diagonal or a window edge)
+  // the loop has no per-row test.
   template <typename T>
   void accumulate(const Block<T>& bk, int64_t dv, int r0, unsigned active) {
-    unsigned any = 0;  // slots some active row sees
+    unsigned any = 0, all = ~0u;  // slots some / every active row sees
     for (int r = 0; r < 4; ++r)
-      if (active >> r & 1) any |= seen[r0 + r];
+      if (active >> r & 1) any |= seen[r0 + r], all &= seen[r0 + r];
+    if (any == all)
+      accumulate_rows<T, true>(bk, dv, r0, active, any);
+    else
+      accumulate_rows<T, false>(bk, dv, r0, active, any);
+  }
+  template <typename T, bool kUniform>
+  void accumulate_rows(const Block<T>& bk, int64_t dv, int r0, unsigned active, unsigned any) {
+    const float* pr = P + r0 * kTileSlots;
+    unsigned skip[4];  // kUniform = false: bit t = row r0 + r keeps its O for slot t
+    for (int r = 0; r < 4; ++r) skip[r] = (active >> r & 1) ? ~seen[r0 + r] : 0u;
     for (int64_t cc = 0; cc < dvp; cc += 16) {
-      float* o[4];
-      __m256 a[4][2];
+      float* o = O + r0 * dvp + cc;
+      __m256 a0[4], a1[4];
       for (int r = 0; r < 4; ++r) {
-        o[r] = O + (r0 + r) * dvp + cc;
         const __m256 cv = _mm256_set1_ps(c[r0 + r]);
-        a[r][0] = _mm256_mul_ps(_mm256_loadu_ps(o[r]), cv);
-        a[r][1] = _mm256_mul_ps(_mm256_loadu_ps(o[r] + 8), cv);
+        a0[r] = _mm256_mul_ps(_mm256_loadu_ps(o + r * dvp), cv);
+        a1[r] = _mm256_mul_ps(_mm256_loadu_ps(o + r * dvp + 8), cv);
       }
       for (int t = 0; t < kTileSlots; ++t) {
         if (!(any >> t & 1)) continue;
         const __m256 v0 = load_value8(bk, t, cc, dv - cc);
         const __m256 v1 = cc + 8 < dv ? load_value8(bk, t, cc + 8, dv - cc - 8) : _mm256_setzero_ps();
         for (int r = 0; r < 4; ++r) {
-          if ((active >> r & 1) && !(seen[r0 + r] >> t & 1)) continue;
-          const __m256 pb = _mm256_broadcast_ss(P + (r0 + r) * kTileSlots + t);
-          a[r][0] = _mm256_fmadd_ps(pb, v0, a[r][0]);
-          a[r][1] = _mm256_fmadd_ps(pb, v1, a[r][1]);
+          if (!kUniform && (skip[r] >> t & 1)) continue;
+          const __m256 pb = _mm256_broadcast_ss(pr + r * kTileSlots + t);
+          a0[r] = _mm256_fmadd_ps(pb, v0, a0[r]);
+          a1[r] = _mm256_fmadd_ps(pb, v1, a1[r]);
         }
       }
       for (int r = 0; r < 4; ++r)
         if (active >> r & 1) {
-          _mm256_storeu_ps(o[r], a[r][0]);
-          _mm256_storeu_ps(o[r] + 8, a[r][1]);
+          _mm256_storeu_ps(o + r * dvp, a0[r]);
+          _mm256_storeu_ps(o + r * dvp + 8, a1[r]);
         }
     }
   }
