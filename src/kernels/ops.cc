@@ -495,17 +495,15 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages&
   if (n_q <= 0) return;
   const int64_t n_kv = kv.n_slots;
   ThreadPool& pool = pool_for(pool_in, n_q * p.n_heads * n_kv * (p.d_qk + p.d_v));
-  if (uses_prefill_attention(n_q) && cpu_isa() == IsaLevel::kAvx2) {
-    thread_local std::vector<float> buf;
-    thread_local std::vector<int32_t> pos;
-    const int64_t n = cpu::avx2::prefill_attention_work_floats(p, n_kv, pool.n_threads());
-    cpu::avx2::attention_prefill(q, q_pos, n_q, kv, p, out, pool, scratch(buf, static_cast<size_t>(n)),
-                                 scratch(pos, static_cast<size_t>((n_kv + 15) / 16 * 16)));
-    return;
-  }
   if (uses_prefill_attention(n_q)) {
     thread_local std::vector<float> buf;
     thread_local std::vector<int32_t> pos;
+    if (cpu_isa() == IsaLevel::kAvx2) {
+      const int64_t n = cpu::avx2::prefill_attention_work_floats(p, n_kv, pool.n_threads());
+      cpu::avx2::attention_prefill(q, q_pos, n_q, kv, p, out, pool, scratch(buf, static_cast<size_t>(n)),
+                                   scratch(pos, static_cast<size_t>((n_kv + 15) / 16 * 16)));
+      return;
+    }
     const int64_t n = cpu::avx512::bf16_prefill_attention_work_floats(p, n_kv, pool.n_threads());
     float* work = scratch(buf, static_cast<size_t>(n));
     int32_t* pos_work = scratch(pos, static_cast<size_t>(n_kv));

@@ -100,8 +100,8 @@ QuantizedQ8 quantize_q8(const WeightMatrix& src, ThreadPool* pool = nullptr);
 // AVX-512 machines (AMX tiles where AMX is usable, AVX-512 BF16 dot products elsewhere), fp32
 // tiles of queries × keys on AVX2 machines.
 constexpr int64_t kPrefillAttentionMinQueries = 64;
-// Turns that prefill attention off (every call then takes the per-row fp32, batch-invariant
-// path) or back on. Default on, unless the environment has DFL_PREFILL_ATTN=fp32. Not
+// Turns that prefill attention off (every call then takes the fp32, batch-invariant path of
+// shorter runs) or back on. Default on, unless the environment has DFL_PREFILL_ATTN=fp32. Not
 // thread-safe against running kernels (set it before a run, as tests do).
 void set_prefill_attention(bool on);
 bool prefill_attention();
@@ -302,8 +302,8 @@ constexpr int64_t kParallelElems = int64_t(1) << 13;
 // stay fp32 (relative error ~1e-3, like bf16 inference engines); on AVX2 machines they take fp32
 // tiles of queries × keys (cpu/attention_prefill_avx2.cc: another summation order and a
 // polynomial e^x, ~1e-6 relative). Those rows are invariant among themselves (any n_q at or
-// above the threshold, any thread count, any paging) but not bit-identical to the per-row fp32
-// path (nor the AMX rows to the AVX-512 ones).
+// above the threshold, any thread count, any paging) but not bit-identical to the fp32 path of
+// shorter runs (nor the AMX rows to the AVX-512 ones).
 // Lossless speculative decoding is unaffected: target-only and speculative runs prefill the
 // same prompt with the same call, and verify blocks are far below the threshold.
 // bf16 KV (KvPages kBF16, the paged call below): every path widens bf16 exactly, so the result

@@ -1,5 +1,7 @@
 // AVX2 attention over KV pages (fp32, or bf16 widened exactly in registers: the same arithmetic
-// on the same values), for machines without AVX-512 (ops.h attention contract), every n_q.
+// on the same values), for machines without AVX-512 (ops.h attention contract): every call
+// below the prefill threshold (runs of ≥ 64 queries take cpu/attention_prefill_avx2.cc's packed
+// tiles), and every call when the prefill attention is switched off.
 //
 // A row is one (query, head). A task is a tile of up to 16 rows — consecutive queries × heads of
 // one GQA group, which see the same slots — so each K and V value loaded serves all of them.

@@ -283,8 +283,9 @@ void quantize_act_q8(const float* x, int64_t M, int64_t K, int8_t* q, float* d, 
 int64_t attention_work_floats(const AttnParams& p, int n_threads);
 void attention(const float* q, const int32_t* q_pos, int64_t n_q, const KvPages& kv,
                const AttnParams& p, float* out, ThreadPool& pool, float* work);
-// The prefill attention (ops.h: n_q >= kPrefillAttentionMinQueries) on AVX2: fp32, tiles of 8
-// queries × 16 slots over one kv head's packed slots at a time (cpu/attention_prefill_avx2.cc).
+// The prefill attention (ops.h: n_q >= kPrefillAttentionMinQueries) on AVX2: fp32, tiles of 16
+// (query, head) rows over one kv head's packed slots at a time (K transposed to slot lanes;
+// cpu/attention_prefill_avx2.cc).
 // work: prefill_attention_work_floats(p, kv.n_slots, pool.n_threads()) floats; pos_work:
 // kv.n_slots rounded up to 16 ints.
 int64_t prefill_attention_work_floats(const AttnParams& p, int64_t n_kv, int n_threads);
