@@ -141,24 +141,25 @@ TEST(RedoableKernels, SameBitsWhenWorkersAreRevokedInsideChunks) {
       expect_same_bits_when_revoked(tag + " q8", size_t(M * N), 6,
                                     [&](ThreadPool& p, float* y) { ops::matmul(x.data(), M, q8.matrix(), y, p); }, pool);
     }
-    // Attention (decode and a verify block over a 600-slot cache; GQA) and the element-wise ops
-    // whose output aliases no input.
+    // Attention (decode, a verify block and a prefill-length run over a 600-slot cache; GQA) and
+    // the element-wise ops whose output aliases no input.
     AttnParams ap;
     ap.n_heads = 8;
     ap.n_kv_heads = 2;
     ap.d_qk = ap.d_v = 64;
     ap.scale = 0.125f;
     const int64_t n_kv = 600;
-    const auto q = test::randn(size_t(16 * 8 * 64), 23), k = test::randn(size_t(n_kv * 2 * 64), 24),
+    const int64_t max_q = kPrefillAttentionMinQueries;
+    const auto q = test::randn(size_t(max_q * 8 * 64), 23), k = test::randn(size_t(n_kv * 2 * 64), 24),
                v = test::randn(size_t(n_kv * 2 * 64), 25);
-    std::vector<int32_t> k_pos(static_cast<size_t>(n_kv)), q_pos(16);
+    std::vector<int32_t> k_pos(static_cast<size_t>(n_kv)), q_pos(static_cast<size_t>(max_q));
     for (int64_t j = 0; j < n_kv; ++j) k_pos[size_t(j)] = int32_t(j);
-    for (int i = 0; i < 16; ++i) q_pos[size_t(i)] = int32_t(n_kv - 16 + i);
-    for (int64_t n_q : {1, 16}) {
+    for (int64_t i = 0; i < max_q; ++i) q_pos[size_t(i)] = int32_t(n_kv - max_q + i);
+    for (int64_t n_q : {int64_t(1), int64_t(16), max_q}) {
       expect_same_bits_when_revoked(path.name + " attention n_q=" + std::to_string(n_q), size_t(n_q * 8 * 64), 6,
                                     [&](ThreadPool& p, float* o) {
-                                      ops::attention(q.data() + (16 - n_q) * 8 * 64, q_pos.data() + (16 - n_q), n_q,
-                                                     k.data(), v.data(), k_pos.data(), n_kv, ap, o, p);
+                                      ops::attention(q.data() + (max_q - n_q) * 8 * 64, q_pos.data() + (max_q - n_q),
+                                                     n_q, k.data(), v.data(), k_pos.data(), n_kv, ap, o, p);
                                     },
                                     pool);
     }
