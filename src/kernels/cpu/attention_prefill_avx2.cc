@@ -18,10 +18,14 @@
 //       s_t = (q · k_t) · scale     per slot lane, one fma per d in d order; −inf if not visible;
 //       m' = max(m, max_t s_t); c = e^(m − m') (0 while m = −inf); p_t = e^(s_t − m') (0 where
 //       not visible); l = l·c + Σ_t p_t (one fixed tree); O = O·c + p_t·v_t (t in order, only
-//       for the slots the row sees); a row that sees no slot of the block keeps its state. out = O / l (0 where
-//     l = 0). A sink starts m at the head's sink logit with l = 1.
+//       for the slots the row sees); a row that sees no slot of the block keeps its state.
+//     out = O / l (0 where l = 0). A sink starts m at the head's sink logit with l = 1.
+// Only the blocks from the first to the last holding a slot some query of the call can see are
+// packed and walked: a sliding-window layer deep into a long prompt packs its window, not the
+// whole cache (the others hold no visible slot, so no row's result changes).
 #include <immintrin.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/attention_tile_avx2.h"
@@ -37,7 +41,27 @@ struct PackedHead {
   float* v = nullptr;        // [n_kb · 16][dvp]
   int32_t* pos = nullptr;    // [n_kb · 16]
   int64_t n_kb = 0, dvp = 0;
+  int64_t b0 = 0, b1 = 0;    // the blocks packed and walked: [b0, b1)
+  int64_t lo = 0, hi = 0;    // the positions some query of the call can see lie in [lo, hi]
 };
+
+// ph.lo / hi from the queries' positions and the window, and ph.b0 / b1: the first and one past
+// the last block holding a slot in [lo, hi] (b0 = b1 when none does).
+void live_blocks(const KvPages& kv, const int32_t* q_pos, int64_t n_q, Window w, PackedHead& ph) {
+  int64_t qmin = INT64_MAX, qmax = INT64_MIN;
+  for (int64_t i = 0; i < n_q; ++i) qmin = q_pos[i] < qmin ? q_pos[i] : qmin, qmax = q_pos[i] > qmax ? q_pos[i] : qmax;
+  ph.lo = w.left >= 0 ? qmin - w.left : INT64_MIN;
+  ph.hi = w.right >= 0 ? qmax + w.right : INT64_MAX;
+  ph.b0 = ph.n_kb, ph.b1 = 0;
+  for (int64_t j = 0; j < kv.n_slots; ++j) {
+    const int32_t pos = kv.pos[j / kv.page_slots][j % kv.page_slots];
+    if (pos < 0 || pos < ph.lo || pos > ph.hi) continue;
+    const int64_t b = j / kTileSlots;
+    ph.b0 = b < ph.b0 ? b : ph.b0;
+    ph.b1 = b + 1 > ph.b1 ? b + 1 : ph.b1;
+  }
+  if (ph.b0 >= ph.b1) ph.b0 = ph.b1 = 0;
+}
 
 inline float widen(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
@@ -53,7 +77,8 @@ void pack_block(const KvPages& kv, const AttnParams& p, int32_t kvh, int64_t b, 
     const int64_t j = b * kTileSlots + t;
     float* vr = ph.v + j * ph.dvp;
     const int64_t page = j < kv.n_slots ? j / kv.page_slots : 0, row = j < kv.n_slots ? j % kv.page_slots : 0;
-    const int32_t pos = j < kv.n_slots ? kv.pos[page][row] : kEmptySlot;
+    int32_t pos = j < kv.n_slots ? kv.pos[page][row] : kEmptySlot;
+    if (pos < ph.lo || pos > ph.hi) pos = kEmptySlot;  // no query of the call sees it
     ph.pos[j] = pos < 0 ? kEmptySlot : pos;
     if (pos < 0) {
       for (int32_t d = 0; d < dq; ++d) kt[d * kTileSlots + t] = 0.0f;
@@ -102,7 +127,7 @@ inline void logits4(const float* const* qr, const float* kt, int32_t dq, __m256 
 void run_tile(const float* q, const int32_t* q_pos, const TileRows& tr, const AttnParams& p,
               const PackedHead& ph, float* work, float* out) {
   TileState st(q, q_pos, tr, p, work);
-  for (int64_t b = 0; b < ph.n_kb; ++b) {
+  for (int64_t b = ph.b0; b < ph.b1; ++b) {
     const int32_t* kp = ph.pos + b * kTileSlots;
     const unsigned sees = st.see(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kp)),
                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kp + 8)), p.window);
@@ -141,9 +166,10 @@ void attention_prefill(const float* q, const int32_t* q_pos, int64_t n_q, const 
   const int32_t group = p.n_heads / p.n_kv_heads;
   const int gh = heads_per_task(p), nq = kTileMaxRows / gh, parts = group / gh;
   const int64_t tiles = (n_q + nq - 1) / nq;
+  live_blocks(kv, q_pos, n_q, p.window, ph);
   for (int32_t kvh = 0; kvh < p.n_kv_heads; ++kvh) {
-    pool.parallel_for_redoable(ph.n_kb, [&](int64_t b0, int64_t b1, int) {
-      for (int64_t b = b0; b < b1; ++b) pack_block(kv, p, kvh, b, ph);
+    pool.parallel_for_redoable(ph.b1 - ph.b0, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t b = b0; b < b1; ++b) pack_block(kv, p, kvh, ph.b0 + b, ph);
     });
     pool.parallel_for_redoable(tiles * parts, [&](int64_t t0, int64_t t1, int tid) {
       float* w = task_work + static_cast<int64_t>(tid) * per_thread;
