@@ -97,7 +97,7 @@ static inline __m256 load_value8(const Block<uint16_t>& b, int t, int64_t d0, in
 
 // The rows of a task and their state: q rows, positions, running max m, denominator l, the
 // block's rescale factor c, and the output accumulators O [kTileMaxRows][dvp] and the block's
-// probabilities P [kTileMaxRows][16] in `work` (tile_work_floats(dvp) floats). Rows past
+// probabilities P [kTileMaxRows][16] in `work` (work_floats(p) floats). Rows past
 // rows() repeat the last one and are never stored.
 struct TileState {
   TileRows tr;
