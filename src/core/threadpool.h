@@ -73,7 +73,8 @@ class ThreadPool {
   //     run does: plain stores of values that depend on the inputs only (no +=, no appends, no
   //     counters shared between chunks);
   //   - tolerate being stopped at any instruction for good: no locks, no allocation outside a
-  //     NoAbandon scope, no per-thread state a later chunk trusts without rewriting it.
+  //     NoAbandon scope (nor a first touch of a thread_local with a destructor: that registers
+  //     it with calloc), no per-thread state a later chunk trusts without rewriting it.
   // The same as parallel_for where revocation is unavailable (redo_supported()) or the job has
   // more than 64 chunks.
   void parallel_for_redoable(int64_t n, const RangeFn& fn, int64_t grain = 1);
@@ -89,7 +90,7 @@ class ThreadPool {
     NoAbandon& operator=(const NoAbandon&) = delete;
   };
   // Whether the calling thread is inside a redoable chunk where it may be stopped for good (not
-  // in a NoAbandon scope): there it must not allocate or lock (tests check operator new).
+  // in a NoAbandon scope): there it must not allocate or lock (tests check every allocation).
   static bool in_abandonable_chunk();
   // Whether this process can revoke: the signal handler is installed and membarrier works, and
   // neither a sanitizer nor DFL_POOL_REDO=0 turned it off.

@@ -47,10 +47,14 @@ void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t*
                        int32_t* s16, int32_t* s32) {
   const int64_t ldq = K + 256, nb = K / ab, n16 = K / 16, n32 = K / 32;
   const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-  thread_local std::vector<float> inv;  // 1 / d per block of the row
-  if (static_cast<int64_t>(inv.size()) < nb) {
-    ThreadPool::NoAbandon grow;  // (a redoable chunk: a worker must not be stopped inside malloc)
-    inv.resize(static_cast<size_t>(nb));
+  float* inv;  // 1 / d per block of the row: the thread's own buffer
+  {
+    // (A redoable chunk: a worker must not be stopped inside calloc, which the first touch of
+    // the thread_local calls, or inside malloc.)
+    ThreadPool::NoAbandon grow;
+    thread_local std::vector<float> inv_buf;
+    if (static_cast<int64_t>(inv_buf.size()) < nb) inv_buf.resize(static_cast<size_t>(nb));
+    inv = inv_buf.data();
   }
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * K;
@@ -70,7 +74,7 @@ void quantize_ggml_act(const float* x, int64_t M, int64_t K, int64_t ab, int8_t*
       const __m512 dd = _mm512_div_ps(_mm512_maskz_loadu_ps(mk, dr + b), _mm512_set1_ps(127.0f));
       const __mmask16 nz = _mm512_cmp_ps_mask(dd, _mm512_setzero_ps(), _CMP_NEQ_UQ);
       _mm512_mask_storeu_ps(dr + b, mk, dd);
-      _mm512_mask_storeu_ps(inv.data() + b, mk, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), dd));
+      _mm512_mask_storeu_ps(inv + b, mk, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), dd));
     }
     // q per group of 16, the group sums 4 groups at a time.
     for (int64_t k = 0; k < K; k += 64) {

@@ -76,12 +76,12 @@ class ThreadCopies {
     if (made_[tid]) return made_[tid];
     T* dst = caller_;
     if (tid != 0) {
-      thread_local std::vector<T> own;  // in a worker: the worker's own
+      // In a worker: the worker's own. Touched and grown in a NoAbandon scope (redoable jobs: the
+      // first touch on a thread registers its destructor with calloc; a resize allocates).
+      ThreadPool::NoAbandon keep;
+      thread_local std::vector<T> own;
       const size_t need = static_cast<size_t>(n_ + 64 / sizeof(T));
-      if (own.size() < need) {
-        ThreadPool::NoAbandon keep;  // not cut short inside the allocator (redoable jobs)
-        own.resize(need);
-      }
+      if (own.size() < need) own.resize(need);
       dst = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(own.data()) + 63) & ~uintptr_t(63));
     }
     convert(dst);
