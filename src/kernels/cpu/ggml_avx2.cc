@@ -307,14 +307,105 @@ inline void q32_nibbles(const uint8_t* bp, int g, __m256i lo[2], __m256i hi[2]) 
   }
 }
 
+// The fp step of halves [h0, h0 + NH) (8 outputs each) of a block for MR rows:
+// acc += float(dot − c) · (d · dx), with c the format's offset correction (AVX-VNNI: Q8_0's
+// 128 · Σq too); dot[r * NH + i] is row r's half h0 + i.
+template <int T, int MR, int NH>
+inline void q32x16_epilogue(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int h0,
+                            const __m256i* dot, float* acc) {
+  const int64_t nb = a.K / 32;
+  constexpr int kOffsetShift = T == kQ80 ? (DFL_AVX2_VNNI ? 7 : -1) : kShift<T>;
+  const float* dp = reinterpret_cast<const float*>(bp + kQ32Qs<T> + kQ32Qh<T>);
+  __m256 dh[NH];
+  for (int i = 0; i < NH; ++i) dh[i] = _mm256_loadu_ps(dp + 8 * (h0 + i));
+  for (int r = 0; r < MR; ++r) {
+    __m256i c = _mm256_setzero_si256();
+    if constexpr (kOffsetShift >= 0) c = _mm256_set1_epi32(a.s32[(m0 + r) * nb + b] << kOffsetShift);
+    const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * nb + b]);
+    for (int i = 0; i < NH; ++i) {
+      float* ap = acc + (r * 8 + b % 8) * 16 + 8 * (h0 + i);
+      _mm256_storeu_ps(ap, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r * NH + i], c)),
+                                           _mm256_mul_ps(dh[i], dx), _mm256_loadu_ps(ap)));
+    }
+  }
+}
+
+// Group g of q32_unpack's u.
+template <int T>
+inline void q32_group(const uint8_t* bp, int g, __m256i out[4]) {
+  __m256i lo[2], hi[2];
+  q32_nibbles<T>(bp, g, lo, hi);
+  out[0] = lo[0], out[1] = hi[0], out[2] = lo[1], out[3] = hi[1];
+}
+
+// Q4_0 / Q5_0: the unsigned values of a packed block, once for all its row groups:
+// u[4 g + 2 h] = lo, u[4 g + 2 h + 1] = hi of qs group g, half h (q32_nibbles).
+template <int T>
+inline void q32_unpack(const uint8_t* bp, __m256i u[16]) {
+  for (int g = 0; g < 4; ++g) q32_group<T>(bp, g, u + 4 * g);
+}
+
+// u: the block unpacked by q32_unpack (Q4_0 / Q5_0), or nullptr: each group unpacked here (one
+// row group: a stack round trip costs more than it saves; unused for Q8_0).
 template <int T, int MR>
-void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, float* acc) {
-  const int64_t ldq = a.K + 256, nb = a.K / 32;
+void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, const __m256i* u, float* acc) {
+  const int64_t ldq = a.K + 256;
+#if !DFL_AVX2_VNNI
+  if constexpr (T != kQ80) {
+    __m256i dot[MR][2];
+    if (u) {
+      // Several row groups (u unpacked once): lo and hi products go into one s16 sum per row and
+      // half, pairs ≤ 2·31·127 (Q5_0), so 4 of them (2 groups) before each widening; Q4_0
+      // (≤ 2·15·127) takes all 8.
+      constexpr int kGroupsPerWiden = T == kQ40 ? 4 : 2;
+      __m256i s16[MR][2];
+      for (int r = 0; r < MR; ++r)
+        for (int h = 0; h < 2; ++h) dot[r][h] = s16[r][h] = _mm256_setzero_si256();
+      for (int g = 0; g < 4; ++g) {
+        const __m256i* lohi = u + 4 * g;  // [h][lo, hi]
+        for (int r = 0; r < MR; ++r) {
+          const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
+          const __m256i ql = bcast4(xq), qh = bcast4(xq + 16);
+          for (int h = 0; h < 2; ++h)
+            s16[r][h] = _mm256_add_epi16(s16[r][h], _mm256_add_epi16(_mm256_maddubs_epi16(lohi[2 * h], ql),
+                                                                     _mm256_maddubs_epi16(lohi[2 * h + 1], qh)));
+        }
+        if ((g + 1) % kGroupsPerWiden == 0)
+          for (int r = 0; r < MR; ++r)
+            for (int h = 0; h < 2; ++h) {
+              dot[r][h] = _mm256_add_epi32(dot[r][h], widen_sum(s16[r][h]));
+              s16[r][h] = _mm256_setzero_si256();
+            }
+      }
+    } else {
+      // One row group: the weights unpacked in registers, lo and hi summed apart in s16 (4 each:
+      // ≤ 4·2·31·127 < 2^15), widened once.
+      __m256i slo[MR][2], shi[MR][2];
+      for (int r = 0; r < MR; ++r)
+        for (int h = 0; h < 2; ++h) slo[r][h] = shi[r][h] = _mm256_setzero_si256();
+      for (int g = 0; g < 4; ++g) {
+        __m256i lo[2], hi[2];
+        q32_nibbles<T>(bp, g, lo, hi);
+        for (int r = 0; r < MR; ++r) {
+          const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
+          const __m256i ql = bcast4(xq), qh = bcast4(xq + 16);
+          for (int h = 0; h < 2; ++h) {
+            slo[r][h] = _mm256_add_epi16(slo[r][h], _mm256_maddubs_epi16(lo[h], ql));
+            shi[r][h] = _mm256_add_epi16(shi[r][h], _mm256_maddubs_epi16(hi[h], qh));
+          }
+        }
+      }
+      for (int r = 0; r < MR; ++r)
+        for (int h = 0; h < 2; ++h) dot[r][h] = _mm256_add_epi32(widen_sum(slo[r][h]), widen_sum(shi[r][h]));
+    }
+    q32x16_epilogue<T, MR, 2>(a, m0, bp, b, 0, &dot[0][0], acc);
+    return;
+  }
+#endif
   __m256i dot[MR][2];
   for (int r = 0; r < MR; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
   // AVX-VNNI: vpdpbusd on the stored unsigned bytes (Q8_0: q + 128), 4 products per int32 lane,
-  // the offset's Σ off in the epilogue. AVX2: Q8_0 as |w| · sign(q, w) (no offset), Q4_0 / Q5_0
-  // in s16 sums widened at the end.
+  // the offset's Σ off in the epilogue. AVX2: Q8_0 as |w| · sign(q, w) (no offset).
   if constexpr (T == kQ80) {
 #if !DFL_AVX2_VNNI
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
@@ -339,45 +430,22 @@ void q32x16_block(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, fl
       }
     }
   } else {
-#if !DFL_AVX2_VNNI
-    __m256i slo[MR][2], shi[MR][2];
-    for (int r = 0; r < MR; ++r)
-      for (int h = 0; h < 2; ++h) slo[r][h] = shi[r][h] = _mm256_setzero_si256();
-#endif
+#if DFL_AVX2_VNNI
     for (int g = 0; g < 4; ++g) {
-      __m256i lo[2], hi[2];
-      q32_nibbles<T>(bp, g, lo, hi);
+      __m256i own[4];  // [h][lo, hi]: unpacked here when the caller did not (u = nullptr)
+      const __m256i* lohi = u ? u + 4 * g : own;
+      if (!u) q32_group<T>(bp, g, own);
       for (int r = 0; r < MR; ++r) {
         const int8_t* xq = a.q + (m0 + r) * ldq + 32 * b + 4 * g;
         const __m256i ql = bcast4(xq), qh = bcast4(xq + 16);
-        for (int h = 0; h < 2; ++h) {
-#if DFL_AVX2_VNNI
-          dot[r][h] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(dot[r][h], lo[h], ql), hi[h], qh);
-#else
-          slo[r][h] = _mm256_add_epi16(slo[r][h], _mm256_maddubs_epi16(lo[h], ql));
-          shi[r][h] = _mm256_add_epi16(shi[r][h], _mm256_maddubs_epi16(hi[h], qh));
-#endif
-        }
+        for (int h = 0; h < 2; ++h)
+          dot[r][h] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(dot[r][h], lohi[2 * h], ql),
+                                              lohi[2 * h + 1], qh);
       }
     }
-#if !DFL_AVX2_VNNI
-    for (int r = 0; r < MR; ++r)
-      for (int h = 0; h < 2; ++h) dot[r][h] = _mm256_add_epi32(widen_sum(slo[r][h]), widen_sum(shi[r][h]));
 #endif
   }
-  constexpr int kOffsetShift = T == kQ80 ? (DFL_AVX2_VNNI ? 7 : -1) : kShift<T>;
-  const float* dp = reinterpret_cast<const float*>(bp + kQ32Qs<T> + kQ32Qh<T>);
-  const __m256 d0 = _mm256_loadu_ps(dp), d1 = _mm256_loadu_ps(dp + 8);
-  for (int r = 0; r < MR; ++r) {
-    __m256i c = _mm256_setzero_si256();
-    if constexpr (kOffsetShift >= 0) c = _mm256_set1_epi32(a.s32[(m0 + r) * nb + b] << kOffsetShift);
-    const __m256 dx = _mm256_set1_ps(a.d[(m0 + r) * nb + b]);
-    float* ap = acc + (r * 8 + b % 8) * 16;
-    _mm256_storeu_ps(ap, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r][0], c)),
-                                         _mm256_mul_ps(d0, dx), _mm256_loadu_ps(ap)));
-    _mm256_storeu_ps(ap + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r][1], c)),
-                                             _mm256_mul_ps(d1, dx), _mm256_loadu_ps(ap + 8)));
-  }
+  q32x16_epilogue<T, MR, 2>(a, m0, bp, b, 0, &dot[0][0], acc);
 }
 
 // Per row, the 8 lane accumulators of 16 outputs, acc[m][lane][16], reduced as ((l0 + l4) +
@@ -559,25 +627,37 @@ void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
 
 // The kernels of the packed layouts behind one driver: run<MR>(a, m0, block, b, n_blocks, acc)
 // adds rows m0 .. m0 + MR − 1 of block b into acc.
+// Where kUnpacks, unpack(bp, u) puts a block's weights in the registers' form (u: 16 vectors)
+// once for all its row groups, and run<MR, true> reads them from u (packed_tiles does this when
+// there are several row groups).
 template <int T>
 struct Q32Kernel {
   static constexpr int kRows = 4;  // rows per call (packed_tiles)
-  template <int MR>
-  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t, float* acc) {
-    q32x16_block<T, MR>(a, m0, bp, b, acc);
+  static constexpr bool kUnpacks = T != kQ80;
+  static void unpack(const uint8_t* bp, __m256i* u) { q32_unpack<T>(bp, u); }
+  template <int MR, bool kPre>
+  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t, const __m256i* u,
+                  float* acc) {
+    q32x16_block<T, MR>(a, m0, bp, b, kPre ? u : nullptr, acc);
   }
 };
 struct Q4KKernel {
   static constexpr int kRows = 4;
-  template <int MR>
-  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, float* acc) {
+  static constexpr bool kUnpacks = false;
+  static void unpack(const uint8_t*, __m256i*) {}
+  template <int MR, bool>
+  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, const __m256i*,
+                  float* acc) {
     q4k16_super<MR>(a, m0, bp, b, nb, acc);
   }
 };
 struct Q6KKernel {
   static constexpr int kRows = 4;
-  template <int MR>
-  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, float* acc) {
+  static constexpr bool kUnpacks = false;
+  static void unpack(const uint8_t*, __m256i*) {}
+  template <int MR, bool>
+  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, const __m256i*,
+                  float* acc) {
     q6k16_super<MR>(a, m0, bp, b, nb, acc);
   }
 };
@@ -599,10 +679,11 @@ inline void prefetch_lines_l2(const uint8_t* p, int64_t bytes) {
 // 8-output half at a time; Emerald Rapids at M = 16, 32 int8x2 rows, 640×2048: Q6_K 690 → 470
 // µs, Q4_K 390 → 360, with AVX-VNNI Q5_0 485 → 336; Q8_0 unchanged). Each block's lines are
 // pulled into L1 `ahead` blocks early (about 2–3 KiB) and into L2 16 KiB early.
-template <class Kernel>
-void packed_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1,
-                  int64_t nb, int64_t BB) {
+template <class Kernel, bool kPre>
+void packed_tiles_with(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1,
+                       int64_t nb, int64_t BB) {
   alignas(32) float acc[kGgmlRowChunk * 8 * 16];
+  __m256i u[16];  // kPre: the block unpacked once for all row groups
   const int64_t ahead = (3072 + BB - 1) / BB;
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * nb * BB;
@@ -611,18 +692,31 @@ void packed_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, 
       const uint8_t* bp = tile + b * BB;
       prefetch_lines_l1(bp + ahead * BB, BB);
       prefetch_lines_l2(bp + 16384, BB);
+      if constexpr (kPre) Kernel::unpack(bp, u);
       for (int64_t m0 = 0; m0 < M; m0 += Kernel::kRows) {
         float* ac = acc + m0 * 8 * 16;
         switch (M - m0 < Kernel::kRows ? M - m0 : Kernel::kRows) {
-          case 1: Kernel::template run<1>(a, m0, bp, b, nb, ac); break;
-          case 2: Kernel::template run<2>(a, m0, bp, b, nb, ac); break;
-          case 3: if constexpr (Kernel::kRows >= 3) Kernel::template run<3>(a, m0, bp, b, nb, ac); break;
-          default: if constexpr (Kernel::kRows >= 4) Kernel::template run<4>(a, m0, bp, b, nb, ac); break;
+          case 1: Kernel::template run<1, kPre>(a, m0, bp, b, nb, u, ac); break;
+          case 2: Kernel::template run<2, kPre>(a, m0, bp, b, nb, u, ac); break;
+          case 3: if constexpr (Kernel::kRows >= 3) Kernel::template run<3, kPre>(a, m0, bp, b, nb, u, ac); break;
+          default: if constexpr (Kernel::kRows >= 4) Kernel::template run<4, kPre>(a, m0, bp, b, nb, u, ac); break;
         }
       }
     }
     store_lane_sums(acc, M, w.n_out - t * 16, y + t * 16, w.n_out, a.pair);
   }
+}
+
+// The weights unpacked once per block where the kernel can and there are several row groups
+// (AVX2 Q5_0 at 32 int8x2 rows, 2048×640: 520–570 → 350–390 µs; one row group keeps the
+// in-register unpack, which the stack round trip made ~8 % slower).
+template <class Kernel>
+void packed_tiles(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1,
+                  int64_t nb, int64_t BB) {
+  if (Kernel::kUnpacks && M > Kernel::kRows)
+    packed_tiles_with<Kernel, Kernel::kUnpacks>(a, M, w, y, t0, t1, nb, BB);
+  else
+    packed_tiles_with<Kernel, false>(a, M, w, y, t0, t1, nb, BB);
 }
 
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
