@@ -503,8 +503,22 @@ inline __m256i bcast_pair16(int32_t lo, int32_t hi) {
 // Both K kernels walk one 8-output half (h) of the tile at a time: the accumulators of one half
 // fit the 16 ymm registers, both halves' did not (they spilled to the stack on every step: Q4_K
 // decoded at 10 GB/s, `perf annotate`). Per output the same integers and the same two fp steps.
-template <int MR>
-void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, float* acc) {
+// Q4_K's unsigned values of a superblock, once for all its row groups: u[64 h + 16 c + 2 g] =
+// lo, + 1 = hi (the vectors q4k16_super unpacks in its loop).
+inline void q4k16_unpack(const uint8_t* sb, __m256i* u) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h)
+    for (int cg = 0; cg < 32; ++cg) {
+      const __m256i wv = load256(sb + cg * 64 + 32 * h);
+      u[64 * h + 2 * cg] = _mm256_and_si256(wv, m4);
+      u[64 * h + 2 * cg + 1] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+    }
+}
+
+// kPre: the values come from q4k16_unpack's u.
+template <int MR, bool kPre>
+void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, const __m256i* u,
+                 float* acc) {
   const int64_t ldq = a.K + 256, n32 = a.K / 32;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const float* dp = reinterpret_cast<const float*>(sb + kQ4KD);
@@ -516,8 +530,15 @@ void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
       __m256i dlo[MR], dhi[MR];
       for (int r = 0; r < MR; ++r) dlo[r] = dhi[r] = _mm256_setzero_si256();
       for (int g = 0; g < 8; ++g) {
-        const __m256i wv = load256(sb + (c * 8 + g) * 64 + 32 * h);
-        const __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+        __m256i lo, hi;
+        if constexpr (kPre) {
+          lo = u[64 * h + 16 * c + 2 * g];
+          hi = u[64 * h + 16 * c + 2 * g + 1];
+        } else {
+          const __m256i wv = load256(sb + (c * 8 + g) * 64 + 32 * h);
+          lo = _mm256_and_si256(wv, m4);
+          hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+        }
         for (int r = 0; r < MR; ++r) {
           const int8_t* xq = a.q + (m0 + r) * ldq + 256 * s + 64 * c + 4 * g;
           const __m256i ql = bcast4(xq), qh = bcast4(xq + 32);
@@ -566,8 +587,22 @@ inline __m256i q6k16_values(__m256i qlv, __m256i qhv, int g) {
   return _mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
 }
 
-template <int MR>
-void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, float* acc) {
+// Q6_K's 6-bit values of a superblock, once for all its row groups: u[64 h + 32 hq + 8 g + lg]
+// (the vectors q6k16_super unpacks in its loop).
+inline void q6k16_unpack(const uint8_t* sb, __m256i* u) {
+  for (int h = 0; h < 2; ++h)
+    for (int hq = 0; hq < 2; ++hq)
+      for (int g = 0; g < 4; ++g)
+        for (int lg = 0; lg < 8; ++lg)
+          u[64 * h + 32 * hq + 8 * g + lg] =
+              q6k16_values(load256(sb + ((hq * 2 + g % 2) * 8 + lg) * 64 + 32 * h),
+                           load256(sb + kQ6KQh + (hq * 8 + lg) * 64 + 32 * h), g);
+}
+
+// kPre: the values come from q6k16_unpack's u.
+template <int MR, bool kPre>
+void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, const __m256i* u6,
+                 float* acc) {
   const int64_t ldq = a.K + 256, n16 = a.K / 16;
   const float* dp = reinterpret_cast<const float*>(sb + kQ6KD);
   for (int h = 0; h < 2; ++h) {  // one 8-output half at a time (above q4k16_super)
@@ -581,8 +616,9 @@ void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
           for (int r = 0; r < MR; ++r) d0[r] = d1[r] = _mm256_setzero_si256();
           for (int l4 = 0; l4 < 4; ++l4) {
             const int lg = 4 * half + l4;
-            const __m256i u = q6k16_values(load256(sb + ((hq * 2 + g % 2) * 8 + lg) * 64 + 32 * h),
-                                           load256(sb + kQ6KQh + (hq * 8 + lg) * 64 + 32 * h), g);
+            const __m256i u = kPre ? u6[64 * h + 32 * hq + 8 * g + lg]
+                                   : q6k16_values(load256(sb + ((hq * 2 + g % 2) * 8 + lg) * 64 + 32 * h),
+                                                  load256(sb + kQ6KQh + (hq * 8 + lg) * 64 + 32 * h), g);
             const int e = 128 * hq + 32 * g + 4 * lg;
             for (int r = 0; r < MR; ++r) {
               const __m256i q = bcast4(a.q + (m0 + r) * ldq + 256 * s + e);
@@ -643,22 +679,22 @@ struct Q32Kernel {
 };
 struct Q4KKernel {
   static constexpr int kRows = 4;
-  static constexpr bool kUnpacks = false;
-  static void unpack(const uint8_t*, __m256i*) {}
-  template <int MR, bool>
-  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, const __m256i*,
+  static constexpr bool kUnpacks = true;
+  static void unpack(const uint8_t* bp, __m256i* u) { q4k16_unpack(bp, u); }
+  template <int MR, bool kPre>
+  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, const __m256i* u,
                   float* acc) {
-    q4k16_super<MR>(a, m0, bp, b, nb, acc);
+    q4k16_super<MR, kPre>(a, m0, bp, b, nb, u, acc);
   }
 };
 struct Q6KKernel {
   static constexpr int kRows = 4;
-  static constexpr bool kUnpacks = false;
-  static void unpack(const uint8_t*, __m256i*) {}
-  template <int MR, bool>
-  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, const __m256i*,
+  static constexpr bool kUnpacks = true;
+  static void unpack(const uint8_t* bp, __m256i* u) { q6k16_unpack(bp, u); }
+  template <int MR, bool kPre>
+  static void run(const GgmlAct& a, int64_t m0, const uint8_t* bp, int64_t b, int64_t nb, const __m256i* u,
                   float* acc) {
-    q6k16_super<MR>(a, m0, bp, b, nb, acc);
+    q6k16_super<MR, kPre>(a, m0, bp, b, nb, u, acc);
   }
 };
 
@@ -683,7 +719,7 @@ template <class Kernel, bool kPre>
 void packed_tiles_with(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t t0, int64_t t1,
                        int64_t nb, int64_t BB) {
   alignas(32) float acc[kGgmlRowChunk * 8 * 16];
-  __m256i u[16];  // kPre: the block unpacked once for all row groups
+  __m256i u[kPre ? 128 : 1];  // kPre: the block unpacked once for all row groups (Q32: 16 vectors)
   const int64_t ahead = (3072 + BB - 1) / BB;
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* tile = static_cast<const uint8_t*>(w.packed) + t * nb * BB;
