@@ -500,9 +500,6 @@ inline __m256i bcast_pair16(int32_t lo, int32_t hi) {
                                                 (static_cast<uint32_t>(lo) & 0xFFFFu)));
 }
 
-// Both K kernels walk one 8-output half (h) of the tile at a time: the accumulators of one half
-// fit the 16 ymm registers, both halves' did not (they spilled to the stack on every step: Q4_K
-// decoded at 10 GB/s, `perf annotate`). Per output the same integers and the same two fp steps.
 // Q4_K's unsigned values of a superblock, once for all its row groups: u[64 h + 16 c + 2 g] =
 // lo, + 1 = hi (the vectors q4k16_super unpacks in its loop).
 inline void q4k16_unpack(const uint8_t* sb, __m256i* u) {
@@ -515,6 +512,9 @@ inline void q4k16_unpack(const uint8_t* sb, __m256i* u) {
     }
 }
 
+// Both K kernels walk one 8-output half (h) of the tile at a time: the accumulators of one half
+// fit the 16 ymm registers, both halves' did not (they spilled to the stack on every step: Q4_K
+// decoded at 10 GB/s, `perf annotate`). Per output the same integers and the same two fp steps.
 // kPre: the values come from q4k16_unpack's u.
 template <int MR, bool kPre>
 void q4k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int64_t ns, const __m256i* u,
@@ -661,11 +661,11 @@ void q6k16_super(const GgmlAct& a, int64_t m0, const uint8_t* sb, int64_t s, int
   }
 }
 
-// The kernels of the packed layouts behind one driver: run<MR>(a, m0, block, b, n_blocks, acc)
-// adds rows m0 .. m0 + MR − 1 of block b into acc.
-// Where kUnpacks, unpack(bp, u) puts a block's weights in the registers' form (u: 16 vectors)
-// once for all its row groups, and run<MR, true> reads them from u (packed_tiles does this when
-// there are several row groups).
+// The kernels of the packed layouts behind one driver: run<MR, kPre>(a, m0, block, b, n_blocks,
+// u, acc) adds rows m0 .. m0 + MR − 1 of block b into acc. Where kUnpacks, unpack(bp, u) puts a
+// block's weights in the registers' form (u: 16 vectors, a K superblock 128) once for all its
+// row groups, and run<MR, true> reads them from u (packed_tiles does this when there are several
+// row groups); run<MR, false> unpacks in registers.
 template <int T>
 struct Q32Kernel {
   static constexpr int kRows = 4;  // rows per call (packed_tiles)
