@@ -77,12 +77,18 @@ class ThreadCopies {
     T* dst = caller_;
     if (tid != 0) {
       // In a worker: the worker's own. Touched and grown in a NoAbandon scope (redoable jobs: the
-      // first touch on a thread registers its destructor with calloc; a resize allocates).
-      ThreadPool::NoAbandon keep;
-      thread_local std::vector<T> own;
+      // first touch on a thread registers its destructor with calloc; a resize allocates). The
+      // scope may run on after the job has ended, when this object is gone: it uses only `need`,
+      // loaded before it.
       const size_t need = static_cast<size_t>(n_ + 64 / sizeof(T));
-      if (own.size() < need) own.resize(need);
-      dst = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(own.data()) + 63) & ~uintptr_t(63));
+      T* own_data;
+      {
+        ThreadPool::NoAbandon keep;
+        thread_local std::vector<T> own;
+        if (own.size() < need) own.resize(need);
+        own_data = own.data();
+      }
+      dst = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(own_data) + 63) & ~uintptr_t(63));
     }
     convert(dst);
     return made_[tid] = dst;
