@@ -179,7 +179,7 @@ int reg_gemma_head = [] {
     const std::string shape = std::string("262144x") + std::to_string(K);
     benchmark::RegisterBenchmark((std::string("GemmaHead/logits/") + f.first + "/" + shape).c_str(),
                                  BM_MatmulGgml, f.second, int64_t{262144}, K)
-        ->ArgName("M")->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+        ->ArgName("M")->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();
     benchmark::RegisterBenchmark((std::string("GemmaHead/argmax/") + f.first + "/" + shape).c_str(),
                                  BM_ArgmaxGgml, f.second, int64_t{262144}, K)
         ->ArgName("M")->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -187,7 +187,8 @@ int32_t first_max(const int32_t* idx, int64_t count, Exact&& exact) {
 // half-width adds plane_bound·X1; the candidates' exact y1 (the q1 half, written over ŷ1) then
 // take the screen without the plane — every maximum is among them, so the largest lower end
 // of their intervals still bounds it — and only those left are finished with their q2 half.
-int32_t finish_row(float* y1, const float* bound, int64_t V, float R, const cpu::GgmlAct& q2,
+// q2 null (kInt8: y is the q1 half itself, R = 0): the plane's candidates' exact y1 decide.
+int32_t finish_row(float* y1, const float* bound, int64_t V, float R, const cpu::GgmlAct* q2,
                    int64_t m, const WeightMatrix& w, IsaLevel isa, int32_t* idx, float* hi,
                    const cpu::GgmlAct* q1 = nullptr, const float* plane_bound = nullptr,
                    float X1 = 0) {
@@ -229,7 +230,8 @@ int32_t finish_row(float* y1, const float* bound, int64_t V, float R, const cpu:
     }
     count = kept;
   }
-  return first_max(idx, count, [&](int64_t n) { return y1[n] + half_output(q2, m, w, n, isa); });
+  if (!q2) return first_max(idx, count, [&](int64_t n) { return y1[n]; });  // kInt8: y = y1
+  return first_max(idx, count, [&](int64_t n) { return y1[n] + half_output(*q2, m, w, n, isa); });
 }
 
 // The moving average of the fallback rate (weight 1/8 per chunk); above 1/2 the next
@@ -642,6 +644,14 @@ void head16_screened_argmax(const float* x, int64_t n_rows, const WeightMatrix& 
 
 }  // namespace
 
+// The plane reads 0.81 bytes per weight against Q8_0's 1.06, but past 4 rows both kernels are
+// compute-bound and Q8_0's own is the cheaper; Q6_K's unpacking costs more at every size.
+// `bench_matmul GemmaHead` under DFL_GGML_ACT=int8, 2 threads, AVX-512 (Emerald Rapids,
+// 2026-12-06): Q8_0 M = 1 / 4 / 8 / 16: plane 3.0 / 3.4 / 5.3 / 8.1 ms, logits 4.1 / 4.4 /
+// 4.6 / 7.7; Q6_K: plane 4.2 / 5.0 / 6.9 / 10.5, logits 3.9 / 5.9 / 9.8 / 17.5 (M = 1: within
+// the noise).
+bool int8_plane_pays(DType t, int64_t n_rows) { return t == DType::kQ6_K || n_rows <= 4; }
+
 void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
                    const ArgmaxScreen& screen, int32_t* out, ThreadPool& pool) {
   if (n_rows <= 0) return;
@@ -650,9 +660,11 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const bool head16 = w.dtype == DType::kBF16 || w.dtype == DType::kF16;
   const bool matches = !screen.empty() && screen.dtype == w.dtype && screen.n_in == K &&
                        static_cast<int64_t>(screen.bound.size()) == V;
-  bool screened = matches && (head16 ? screen.plane && static_cast<int64_t>(screen.plane_bound.size()) == V &&
-                                           head16_screenable(w)
-                                     : ggml_activations() == GgmlActivations::kInt8x2 &&
+  // kInt8 (y = the q1 half) gains only where a plane stands in for the weights.
+  const bool has_plane = screen.plane && static_cast<int64_t>(screen.plane_bound.size()) == V;
+  const GgmlActivations act = ggml_activations();
+  bool screened = matches && (head16 ? has_plane && head16_screenable(w)
+                                     : (act == GgmlActivations::kInt8x2 || (act == GgmlActivations::kInt8 && has_plane)) &&
                                            (w.packed_format == kPackedNone || w.packed_format == kPackedQ32x16 ||
                                             w.packed_format == kPackedQ6K16));
   ArgmaxScreen::Health& health = *screen.health;
@@ -670,8 +682,12 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
   const bool amx = ggml_amx_for(w, std::min<int64_t>(n_rows, cpu::amx::kGgmlAmxMaxRows), isa);
   const int64_t chunk = amx ? cpu::amx::kGgmlAmxMaxRows : cpu::kGgmlRowChunk;
   // The plane where the call would take the VNNI kernel (AMX multiplies faster than it streams).
-  const bool on_plane = screen.plane && !amx && isa >= IsaLevel::kAvx2 &&
-                        static_cast<int64_t>(screen.plane_bound.size()) == V;
+  const bool on_plane = has_plane && !amx && isa >= IsaLevel::kAvx2;
+  if (act == GgmlActivations::kInt8 && !(on_plane && int8_plane_pays(w.dtype, n_rows))) {
+    logits_argmax(x, n_rows, w, out, pool);
+    return;
+  }
+  const bool split = act == GgmlActivations::kInt8x2;
   thread_local GgmlActRows q1, q2;
   thread_local std::vector<float> resid, y1;
   thread_local std::vector<int32_t> idx;
@@ -680,12 +696,14 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
     const int64_t M = std::min(chunk, n_rows - m0);
     const int64_t padded = amx ? (M + 15) / 16 * 16 : M;  // AMX tiles load 16 rows
     q1.reserve(padded, K, ab);
-    q2.reserve(M, K, ab);
-    if (resid.size() < static_cast<size_t>(M * K)) resid.resize(static_cast<size_t>(M * K));
     if (y1.size() < static_cast<size_t>(M * V)) y1.resize(static_cast<size_t>(M * V));
-    q1.quantize(x + m0 * K, M, 0, resid.data(), isa, pool);
+    if (split) {
+      q2.reserve(M, K, ab);
+      if (resid.size() < static_cast<size_t>(M * K)) resid.resize(static_cast<size_t>(M * K));
+    }
+    q1.quantize(x + m0 * K, M, 0, split ? resid.data() : nullptr, isa, pool);
     if (amx) q1.zero(M, padded - M);
-    q2.quantize(resid.data(), M, 0, nullptr, isa, pool);
+    if (split) q2.quantize(resid.data(), M, 0, nullptr, isa, pool);
     const cpu::GgmlAct a1 = q1.view(0);
     if (on_plane) {
       plane_matmul(a1, ab, M, screen, V, y1.data(), pool);
@@ -695,7 +713,7 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
       g_weight_rows.fetch_add(uint64_t(M), std::memory_order_relaxed);
     }
     // (thread_local buffers are named through pointers: in a worker, y1 is the worker's own)
-    const cpu::GgmlAct a2 = q2.view(0);
+    const cpu::GgmlAct a2 = split ? q2.view(0) : cpu::GgmlAct{};
     float* y1p = y1.data();
     const int64_t cap = candidate_cap(V);
     if (idx.size() < static_cast<size_t>(M * cap)) idx.resize(static_cast<size_t>(M * cap));
@@ -706,7 +724,8 @@ void matmul_argmax(const float* x, int64_t n_rows, const WeightMatrix& w,
         M,
         [&, y1p, idxp, hip](int64_t r0, int64_t r1, int) {
           for (int64_t r = r0; r < r1; ++r)
-            out[m0 + r] = finish_row(y1p + r * V, screen.bound.data(), V, residual_norm(a2, r, ab), a2,
+            out[m0 + r] = finish_row(y1p + r * V, screen.bound.data(), V, split ? residual_norm(a2, r, ab) : 0.0f,
+                                     split ? &a2 : nullptr,
                                      r, w, isa, idxp + r * cap, hip + r * cap, on_plane ? &a1 : nullptr,
                                      on_plane ? screen.plane_bound.data() : nullptr,
                                      on_plane ? residual_norm(a1, r, ab) : 0.0f);

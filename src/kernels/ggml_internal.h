@@ -43,6 +43,11 @@ bool ggml_amx_for(const WeightMatrix& w, int64_t q_rows, IsaLevel isa);
 // M ≤ kGgmlRowChunk, or ≤ kGgmlAmxMaxRows when amx.
 void ggml_kernel(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, float* y,
                  ThreadPool& pool, IsaLevel isa, bool amx);
+// Under kInt8 (y = the q1 half alone) matmul_argmax screens a call of n_rows rows on the head's
+// 6-bit plane (where it has one) only where that beats the weight's own kernel (ggml_argmax.cc):
+// Q6_K at every size, Q8_0 up to 4 rows (past that both are compute-bound, the Q8_0 kernel the
+// cheaper). Under kInt8x2 the plane is taken at every size.
+bool int8_plane_pays(DType t, int64_t n_rows);
 // Output n of activation row m (a.pair ignored), computed by the portable kernel from the
 // original blocks in w.data: the bits every kernel writes for it.
 float ggml_portable_dot(const cpu::GgmlAct& a, int64_t m, const WeightMatrix& w, int64_t n);

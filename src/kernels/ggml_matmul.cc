@@ -2,7 +2,7 @@
 // activation quantization, dequantize_rows and the portable kernel. The AVX-512 VNNI kernels
 // (cpu/ggml_avx512.cc) and the AVX2 ones (cpu/ggml_avx2.cc) compute the same bits.
 //
-// Default (GgmlActivations::kFp32): per (row, output) 16 fp32 lanes over the dequantized weight
+// GgmlActivations::kFp32: per (row, output) 16 fp32 lanes over the dequantized weight
 // row w (ref::dequant_row's exact values): a[k % 16] = fma(w_k, x_k, a[k % 16]) in k order, then
 // y = r2[0] + r2[1] with r8[i] = a[i] + a[i + 8], r4[i] = r8[i] + r8[i + 4], r2[i] = r4[i] + r4[i + 2].
 //
@@ -272,11 +272,10 @@ void portable_range(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, flo
 namespace {
 GgmlActivations g_act = [] {
   const char* e = std::getenv("DFL_GGML_ACT");
-  const std::string v = e ? e : "";
-  if (v == "int8") return GgmlActivations::kInt8;
-  if (v == "fp32") return GgmlActivations::kFp32;
-  DFL_CHECK(v.empty() || v == "int8x2", "DFL_GGML_ACT='", v, "': expected int8x2, int8 or fp32");
-  return GgmlActivations::kInt8x2;
+  GgmlActivations a = GgmlActivations::kInt8x2;
+  DFL_CHECK(!e || !*e || ggml_activations_from_name(e, &a), "DFL_GGML_ACT='", e ? e : "",
+            "': expected int8x2, int8 or fp32");
+  return a;
 }();
 
 inline float reduce16(const float* a) {
@@ -608,6 +607,17 @@ PackedWeight prepack_q32x16(const WeightMatrix& w, ThreadPool* pool) {
 }  // namespace ops
 
 void set_ggml_activations(GgmlActivations a) { ops::set_act_mode(a); }
+bool ggml_activations_from_name(const std::string& name, GgmlActivations* out) {
+  for (GgmlActivations a : {GgmlActivations::kInt8x2, GgmlActivations::kInt8, GgmlActivations::kFp32})
+    if (name == ggml_activations_name(a)) {
+      *out = a;
+      return true;
+    }
+  return false;
+}
+const char* ggml_activations_name(GgmlActivations a) {
+  return a == GgmlActivations::kInt8x2 ? "int8x2" : a == GgmlActivations::kInt8 ? "int8" : "fp32";
+}
 GgmlActivations ggml_activations() { return ops::act_mode(); }
 
 }  // namespace dfl

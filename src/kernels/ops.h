@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -424,9 +425,15 @@ Bf16Dot bf16_dot();
 //     up to ~0.65 and flips greedy picks (teacher-forced top-1 vs transformers 96 %).
 // All are batch invariant and give the same bits on every ISA level. Default from the
 // environment DFL_GGML_ACT=int8x2|int8|fp32; not thread-safe against running kernels.
+// Under kInt8 the greedy screen (matmul_argmax) runs where a 6-bit plane stands in for the head:
+// y is the q1 half itself, so it bounds the plane's error alone and finishes the candidates' y1.
+// The command line's --ggml-act sets the mode (tools/cli/run_common.h).
 enum class GgmlActivations { kFp32, kInt8, kInt8x2 };
 void set_ggml_activations(GgmlActivations a);
 GgmlActivations ggml_activations();
+// "int8x2" | "int8" | "fp32" ↔ the mode; false for any other name.
+bool ggml_activations_from_name(const std::string& name, GgmlActivations* out);
+const char* ggml_activations_name(GgmlActivations a);
 
 // Dequantizes rows [row0, row0 + n_rows) of `w` (any dtype weight_at supports, including the
 // GGML block types and kPackedQ8) to fp32: out[r * n_in + k]. For embedding lookups; exact

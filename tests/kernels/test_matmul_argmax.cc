@@ -223,19 +223,29 @@ TEST(MatmulArgmax, AScreenThatKeepsFailingStepsAside) {
   EXPECT_GE(grew, 3u);
 }
 
-// A plane test's picks: on the AVX2 and AVX-512 paths, each with and without its VNNI (AMX off —
-// the plane for every call — then on where usable: a call that takes the AMX kernel screens on
-// it instead), M = 1, 3, 16, 17, 33, raw and
+// A plane test's picks: under kInt8x2 and kInt8 (y = the q1 half alone, which the plane screens
+// too), on the AVX2 and AVX-512 paths, each with and without its VNNI (AMX off — the plane for
+// every call — then on where usable: a call that takes the AMX kernel screens on it instead
+// under kInt8x2, takes the logits under kInt8, as where ops::int8_plane_pays says no),
+// M = 1, 3, 16, 17, 33, raw and
 // prepacked w, row m of x = mask(k)·(1 + 0.25·(m % 5)) (rows differ in scale only): every pick is
 // `winner` and equals the logits', every row screened, on the plane unless AMX took the call,
-// none in full; `finished`(M), when given, the outputs finished with their q2 half.
+// none in full; `finished`(M), when given, the outputs finished with their q2 half (kInt8x2).
 template <class Mask>
 void expect_plane_picks(const WeightMatrix& w, const ops::ArgmaxScreen& screen, int64_t winner,
                         Mask&& mask, int64_t finished_per_row, ThreadPool& pool) {
   const int64_t K = w.n_in;
   const PackedWeight pw = prepack_weight(w, &pool);
-  for (const test::PathConfig& path : test::ggml_paths()) {
-    if (path.isa < IsaLevel::kAvx2) continue;
+  const std::vector<std::pair<GgmlActivations, test::PathConfig>> runs = [] {
+    std::vector<std::pair<GgmlActivations, test::PathConfig>> r;
+    for (const GgmlActivations mode : {GgmlActivations::kInt8x2, GgmlActivations::kInt8})
+      for (const test::PathConfig& path : test::ggml_paths())
+        if (path.isa >= IsaLevel::kAvx2) r.emplace_back(mode, path);
+    return r;
+  }();
+  for (const auto& [mode, path] : runs) {
+    ActScope act(mode);
+    const bool x2 = mode == GgmlActivations::kInt8x2;
     test::PathScope scope(path);
     for (int64_t M : {1, 3, 16, 17, 33}) {
       std::vector<float> x(size_t(M * K));
@@ -244,16 +254,20 @@ void expect_plane_picks(const WeightMatrix& w, const ops::ArgmaxScreen& screen, 
       const auto want = reference_argmax(x.data(), M, w, pool);
       ASSERT_EQ(want, std::vector<int32_t>(size_t(M), int32_t(winner))) << "the construction";
       for (const WeightMatrix* wm : {&w, &pw.matrix()}) {
+        // kInt8 where the plane does not pay: the logits (nothing screened)
         const bool amx = ops::ggml_amx_for(*wm, std::min<int64_t>(M, cpu::amx::kGgmlAmxMaxRows), int8_isa());
+        const bool logits = !x2 && (amx || !ops::int8_plane_pays(w.dtype, M));
         EXPECT_TRUE(path.amx || !amx) << path.name;
         const ops::ArgmaxStats before = ops::argmax_stats();
-        EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << path.name << " M=" << M;
+        const std::string at = path.name + (x2 ? " int8x2" : " int8") + " M=" + std::to_string(M);
+        EXPECT_EQ(screened_argmax(x.data(), M, *wm, screen, pool), want) << at;
         const ops::ArgmaxStats after = ops::argmax_stats();
-        EXPECT_EQ(after.plane_rows - before.plane_rows, amx ? 0u : uint64_t(M)) << path.name << " M=" << M;
-        EXPECT_EQ(after.full_rows, before.full_rows) << path.name << " M=" << M;
-        EXPECT_EQ(after.screened_rows - before.screened_rows, uint64_t(M)) << path.name << " M=" << M;
-        if (finished_per_row > 0 && !amx)
-          EXPECT_EQ(after.candidates - before.candidates, uint64_t(finished_per_row * M)) << path.name << " M=" << M;
+        EXPECT_EQ(after.plane_rows - before.plane_rows, amx || logits ? 0u : uint64_t(M)) << at;
+        EXPECT_EQ(after.full_rows, before.full_rows) << at;
+        EXPECT_EQ(after.screened_rows - before.screened_rows, logits ? 0u : uint64_t(M)) << at;
+        if (finished_per_row > 0 && !amx && x2) {
+          EXPECT_EQ(after.candidates - before.candidates, uint64_t(finished_per_row * M)) << at;
+        }
       }
     }
   }

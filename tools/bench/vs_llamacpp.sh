@@ -6,7 +6,11 @@
 #   tools/bench/vs_llamacpp.sh --llama-cpp SRC [--build DIR] [--threads 2] [--rounds 3]
 #                              [--cases gemma,qwen3-bf16,qwen3-q8,qwen3-f16,qwen3-q4km] [--jobs 1] [--ggml-cpu DIR]
 #                              [--no-amx | --no-bf16 | --skylake | --avx2 | --avx-vnni]
+#                              [--ggml-act int8x2,int8]
 #
+# --ggml-act MODES: our GGUF variants under each of these activation modes (dflash --ggml-act;
+# default int8x2 only); a mode other than int8x2 adds rows tagged gguf-<mode> (int8 is llama.cpp's
+# own arithmetic: the like-for-like row).
 # --ggml-cpu DIR: load llama.cpp's CPU backend from DIR (LD_LIBRARY_PATH). On the Sapphire Rapids
 # VM this was written on, a GGML_NATIVE ggml-cpu segfaults in its AMX matmul
 # (ggml_backend_amx_mul_mat); `--no-amx` builds one with GGML_NATIVE=OFF and Zen 4's ISA
@@ -54,6 +58,7 @@ AVX2=0
 NO_BF16=0
 SKYLAKE=0
 AVX_VNNI=0
+GGML_ACTS=int8x2
 DFLASH=${DFLASH:-$REPO/build/dflash}
 CACHE=${DFLASH_CACHE:-$HOME/.cache/dflash}
 BENCH_MODELS=${BENCH_MODELS:-/tmp/dflash-bench-models}
@@ -74,7 +79,8 @@ while [[ $# -gt 0 ]]; do
     --skylake) SKYLAKE=1; shift ;;
     --avx2) AVX2=1; shift ;;
     --avx-vnni) AVX_VNNI=1; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    --ggml-act) GGML_ACTS=$2; shift 2 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -194,28 +200,44 @@ run_case() {  # $1 = case name, $2 = gguf, then "tag|model|flags" per our varian
   done
 }
 
+# Our GGUF variants ("tag|model|flags"), one per --ggml-act mode.
+IFS=',' read -ra acts <<<"$GGML_ACTS"
+for a in "${acts[@]}"; do
+  [[ $a == int8x2 || $a == int8 || $a == fp32 ]] || { echo "--ggml-act: int8x2, int8 or fp32, got '$a'" >&2; exit 2; }
+done
+gguf_variants() {  # $1 = the GGUF file
+  for a in "${acts[@]}"; do
+    if [[ $a == int8x2 ]]; then echo "gguf|$1|--ggml-act int8x2"; else echo "gguf-$a|$1|--ggml-act $a"; fi
+  done
+}
+
 IFS=',' read -ra want <<<"$CASES"
 for c in "${want[@]}"; do
   case "$c" in
     gemma)
       [[ -f $GEMMA ]] || { echo "missing $GEMMA: run tools/models/gemma3_270m.sh" >&2; exit 2; }
-      run_case gemma "$GEMMA" "gguf|$GEMMA|" ;;
+      mapfile -t gv < <(gguf_variants "$GEMMA")
+      run_case gemma "$GEMMA" "${gv[@]}" ;;
     qwen3-bf16)
       f=$(need_qwen3_gguf bf16)
-      run_case qwen3-bf16 "$f" "gguf|$f|" "hf|$Q3|--weights bf16" ;;
+      mapfile -t gv < <(gguf_variants "$f")
+      run_case qwen3-bf16 "$f" "${gv[@]}" "hf|$Q3|--weights bf16" ;;
     qwen3-q8)
       f=$(need_qwen3_gguf q8_0)
-      run_case qwen3-q8 "$f" "gguf|$f|" "hf|$Q3|--weights q8" ;;
+      mapfile -t gv < <(gguf_variants "$f")
+      run_case qwen3-q8 "$f" "${gv[@]}" "hf|$Q3|--weights q8" ;;
     qwen3-f16)
       f=$(need_qwen3_gguf f16)
-      run_case qwen3-f16 "$f" "gguf|$f|" ;;
+      mapfile -t gv < <(gguf_variants "$f")
+      run_case qwen3-f16 "$f" "${gv[@]}" ;;
     qwen3-q4km)
       f=$BENCH_MODELS/gguf/qwen3-0.6b-q4_k_m.gguf
       if [[ ! -f $f ]]; then
         [[ -x $LLAMA_QUANTIZE ]] || cmake --build "$BUILD" -j"$JOBS" --target llama-quantize >&2
         "$LLAMA_QUANTIZE" "$(need_qwen3_gguf f16)" "$f" Q4_K_M "$THREADS" >&2
       fi
-      run_case qwen3-q4km "$f" "gguf|$f|" ;;
+      mapfile -t gv < <(gguf_variants "$f")
+      run_case qwen3-q4km "$f" "${gv[@]}" ;;
     *) echo "unknown case $c" >&2; exit 2 ;;
   esac
 done

@@ -56,6 +56,7 @@ const std::vector<FlagSpec> kFlags = with_pipeline_flags({
     {"--weights", "FMT", "bf16 (default: as stored, prepacked where the machine has a faster "
                          "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
     {"--kv-dtype", "T", "KV-cache element type: bf16 (default, as dflash run) | f32"},
+    ggml_act_flag(),
     {"--bw-mib", "MiB", "buffer of the bandwidth test (default 1024)"},
     {"--skip", "LIST", "skip parts: machine,prefill,decode,verify,draft,dflash"},
     {"--concurrency", "C,C", "batched engine throughput with C requests at once (e.g. 1,4,16): "
@@ -119,6 +120,7 @@ int cmd_bench(int argc, char** argv) {
   DFL_CHECK(args.positional().empty(), "unexpected argument '",
             args.positional().empty() ? "" : args.positional()[0], "'");
   DFL_CHECK(args.has("--model"), "--model DIR is required");
+  apply_ggml_act(args);
   const int threads = int(args.integer("--threads", hardware_threads()));
   DFL_CHECK(threads >= 1 && threads <= 1024, "--threads must be in [1, 1024]");
   const int R = int(args.integer("--repeats", 3));
@@ -225,6 +227,7 @@ int cmd_bench(int argc, char** argv) {
   J["threads"] = threads;
   J["weights"] = wname;
   J["kv_dtype"] = kv_dtype_name(kv_dt);
+  J["ggml_act"] = ggml_activations_name(ggml_activations());
   J["cpu"] = cpu_model_name();
   J["isa"] = isa_description();
   J["date"] = now_utc();
@@ -759,9 +762,9 @@ int cmd_bench(int argc, char** argv) {
   std::printf("## dflash bench: %s%s\n\n", args.str("--model").c_str(),
               args.has("--draft") ? (" + " + args.str("--draft")).c_str() : "");
   const std::string wlabel = J["weights"].get<std::string>();
-  std::printf("%s | %s | %d threads | weights %s | KV %s | decode/verify: %s | %s | load avg %s → %s\n",
+  std::printf("%s | %s | %d threads | weights %s | KV %s | GGUF activations %s | decode/verify: %s | %s | load avg %s → %s\n",
               J["cpu"].get<std::string>().c_str(), J["isa"].get<std::string>().c_str(), threads,
-              wlabel.c_str(), kv_dtype_name(kv_dt), picks_only ? "greedy picks" : "all logits",
+              wlabel.c_str(), kv_dtype_name(kv_dt), ggml_activations_name(ggml_activations()), picks_only ? "greedy picks" : "all logits",
               J["date"].get<std::string>().c_str(),
               J["loadavg_start"].get<std::string>().c_str(), J["loadavg_end"].get<std::string>().c_str());
   std::printf("%s, %d layers, hidden %d, vocab %d: %.3f GB of weights read per decoded token; "

@@ -37,6 +37,7 @@ const std::vector<FlagSpec> kFlags = with_pipeline_flags({
     {"--block-size", "B", "default speculative block size incl. the anchor, or 'auto' (default: the "
                           "drafter's)"},
     {"--weights", "FMT", "bf16 (default) | stored | q8, as for dflash run"},
+    ggml_act_flag(),
     {"--think", "", "chat requests default to enable_thinking=true"},
     {"--threads", "N", "worker threads (default: all cores)"},
     {"--drain-timeout", "S", "on SIGTERM/SIGINT, seconds running requests get to finish (default 30)"},
@@ -75,6 +76,7 @@ int cmd_serve(int argc, char** argv) {
   DFL_CHECK(args.positional().empty(), "unexpected argument '",
             args.positional().empty() ? "" : args.positional()[0], "'");
   DFL_CHECK(args.has("--model"), "--model DIR is required");
+  apply_ggml_act(args);
 
   server::ServerOptions so;
   EngineOptions& eo = so.engine;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "kernels/ops.h"
 #include "model/config_json.h"
 #include "pipeline_cli.h"
 
@@ -23,10 +24,27 @@ const std::vector<FlagSpec>& engine_flags() {
       {"--max-batch-tokens", "N", "rows per step, the chunked-prefill budget (default 512)"},
       {"--weights", "FMT", "bf16 (default: as stored, prepacked where the machine has a faster "
                            "layout) | stored (no repacking) | q8 (int8 per-block, made at load)"},
+      ggml_act_flag(),
       {"--window-edge", "E", "MiMo sliding layers keep W keys (w, default: HF/vLLM) or W+1 "
                              "(w+1: SGLang's reading)"},
   });
   return f;
+}
+
+FlagSpec ggml_act_flag() {
+  return {"--ggml-act", "MODE",
+          "activations of GGUF block-quantized matmuls: int8x2 (default: int8 plus an int8 residual, "
+          "~15 bits; the real Gemma-3-270M keeps transformers' greedy picks) | int8 (llama.cpp's "
+          "arithmetic: faster verify blocks and prefill, its noise) | fp32 (the dequantized-weights "
+          "reference; slow)"};
+}
+
+void apply_ggml_act(const Args& args) {
+  if (!args.has("--ggml-act")) return;  // DFL_GGML_ACT or int8x2
+  GgmlActivations a;
+  const std::string s = args.str("--ggml-act");
+  DFL_CHECK(ggml_activations_from_name(s, &a), "--ggml-act must be int8x2, int8 or fp32, got '", s, "'");
+  set_ggml_activations(a);
 }
 
 const std::vector<FlagSpec>& request_flags() {
@@ -58,6 +76,7 @@ KvDtype parse_kv_dtype(const Args& args) {
 }
 
 EngineOptions engine_options(const Args& args) {
+  apply_ggml_act(args);
   EngineOptions eo;
   eo.model_dir = args.str("--model");
   eo.draft_dir = args.str("--draft");

@@ -14,8 +14,13 @@ namespace dfl::cli {
 
 const std::vector<FlagSpec>& engine_flags();   // --model --draft --threads --ctx-size --weights ...
 const std::vector<FlagSpec>& request_flags();  // --max-tokens --temperature ... --block-size
-EngineOptions engine_options(const Args& args);
-// --kv-dtype f32|bf16 (default f32).
+EngineOptions engine_options(const Args& args);  // also applies --ggml-act
+// --ggml-act int8x2|int8|fp32: the process-wide GGUF activation mode (kernels/ops.h
+// GgmlActivations; without the flag DFL_GGML_ACT, else int8x2). Every rank of a pipeline job
+// parses the same flags, so all stages compute alike. apply_ggml_act before any kernel runs.
+FlagSpec ggml_act_flag();
+void apply_ggml_act(const Args& args);
+// --kv-dtype f32|bf16 (default bf16).
 KvDtype parse_kv_dtype(const Args& args);
 Request request_defaults(const Args& args);
 // {"id", "prompt" | "prompt_ids" | "messages", "max_tokens", "temperature", "top_k", "top_p",
