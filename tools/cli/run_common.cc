@@ -34,9 +34,9 @@ const std::vector<FlagSpec>& engine_flags() {
 FlagSpec ggml_act_flag() {
   return {"--ggml-act", "MODE",
           "activations of GGUF block-quantized matmuls: int8x2 (default: int8 plus an int8 residual, "
-          "~15 bits; the real Gemma-3-270M keeps transformers' greedy picks) | int8 (llama.cpp's "
-          "arithmetic: faster verify blocks and prefill, its noise) | fp32 (the dequantized-weights "
-          "reference; slow)"};
+          "~15 bits: the real Gemma-3-270M keeps transformers' greedy picks) | int8 (one int8 per "
+          "block, llama.cpp's precision: faster verify blocks and prefill, and its noise) | fp32 "
+          "(the dequantized-weights reference; slow)"};
 }
 
 void apply_ggml_act(const Args& args) {
