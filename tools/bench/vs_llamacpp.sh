@@ -9,8 +9,8 @@
 #                              [--ggml-act int8x2,int8]
 #
 # --ggml-act MODES: our GGUF variants under each of these activation modes (dflash --ggml-act;
-# default int8x2 only); a mode other than int8x2 adds rows tagged gguf-<mode> (int8 is llama.cpp's
-# own arithmetic: the like-for-like row).
+# default int8x2 only); a mode other than int8x2 adds rows tagged gguf-<mode> (int8: one int8 per
+# activation block, llama.cpp's precision — the like-for-like row).
 # --ggml-cpu DIR: load llama.cpp's CPU backend from DIR (LD_LIBRARY_PATH). On the Sapphire Rapids
 # VM this was written on, a GGML_NATIVE ggml-cpu segfaults in its AMX matmul
 # (ggml_backend_amx_mul_mat); `--no-amx` builds one with GGML_NATIVE=OFF and Zen 4's ISA
