@@ -8,9 +8,10 @@
 #                              [--no-amx | --no-bf16 | --skylake | --avx2 | --avx-vnni]
 #                              [--ggml-act int8x2,int8]
 #
-# --ggml-act MODES: our GGUF variants under each of these activation modes (dflash --ggml-act;
-# default int8x2 only); a mode other than int8x2 adds rows tagged gguf-<mode> (int8: one int8 per
-# activation block, llama.cpp's precision — the like-for-like row).
+# --ggml-act MODES: our block-quantized GGUF variants (Gemma, Q8_0, Q4_K_M; not BF16 / F16) under
+# each of these activation modes (dflash --ggml-act; default int8x2 only); a mode other than
+# int8x2 adds rows tagged gguf-<mode> (int8: one int8 per activation block, llama.cpp's
+# precision — the like-for-like row).
 # --ggml-cpu DIR: load llama.cpp's CPU backend from DIR (LD_LIBRARY_PATH). On the Sapphire Rapids
 # VM this was written on, a GGML_NATIVE ggml-cpu segfaults in its AMX matmul
 # (ggml_backend_amx_mul_mat); `--no-amx` builds one with GGML_NATIVE=OFF and Zen 4's ISA
@@ -80,7 +81,7 @@ while [[ $# -gt 0 ]]; do
     --avx2) AVX2=1; shift ;;
     --avx-vnni) AVX_VNNI=1; shift ;;
     --ggml-act) GGML_ACTS=$2; shift 2 ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "unknown flag $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -220,16 +221,14 @@ for c in "${want[@]}"; do
       run_case gemma "$GEMMA" "${gv[@]}" ;;
     qwen3-bf16)
       f=$(need_qwen3_gguf bf16)
-      mapfile -t gv < <(gguf_variants "$f")
-      run_case qwen3-bf16 "$f" "${gv[@]}" "hf|$Q3|--weights bf16" ;;
+      run_case qwen3-bf16 "$f" "gguf|$f|" "hf|$Q3|--weights bf16" ;;
     qwen3-q8)
       f=$(need_qwen3_gguf q8_0)
       mapfile -t gv < <(gguf_variants "$f")
       run_case qwen3-q8 "$f" "${gv[@]}" "hf|$Q3|--weights q8" ;;
     qwen3-f16)
       f=$(need_qwen3_gguf f16)
-      mapfile -t gv < <(gguf_variants "$f")
-      run_case qwen3-f16 "$f" "${gv[@]}" ;;
+      run_case qwen3-f16 "$f" "gguf|$f|" ;;
     qwen3-q4km)
       f=$BENCH_MODELS/gguf/qwen3-0.6b-q4_k_m.gguf
       if [[ ! -f $f ]]; then
