@@ -489,7 +489,7 @@ namespace {
 // the default int8x2 continues three prompts of the transformers oracle exactly as transformers
 // did (8 greedy tokens; tests/fixtures/gguf/gemma3_270m_oracle.json), int8 (llama.cpp's one-int8
 // activations) leaves that path on at least one of them (near ties its noise flips: measured,
-// int8 diverges from transformers within 32 tokens on 10 of the 20 prompts, int8x2 on none),
+// int8 diverges from transformers within 32 tokens on 9 of the 20 prompts, int8x2 on none),
 // speculative decoding under int8 is lossless against int8 target-only, and a bad mode is a
 // one-line error.
 TEST(Cli, GgmlActSetsTheGgufActivationMode) {
