@@ -1,6 +1,6 @@
 // Matmul on GGML block weights (ops.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), the
 // activation quantization, dequantize_rows and the portable kernel. The AVX-512 VNNI kernels
-// (cpu/ggml_avx512.cc) and the AVX2 ones (cpu/ggml_avx2.cc) compute the same bits.
+// (cpu/ggml_avx512.cc) and the AVX2 ones (cpu/ggml_rows_avx2.cc, cpu/ggml_avx2.cc) compute the same bits.
 //
 // GgmlActivations::kFp32: per (row, output) 16 fp32 lanes over the dequantized weight
 // row w (ref::dequant_row's exact values): a[k % 16] = fma(w_k, x_k, a[k % 16]) in k order, then
@@ -139,7 +139,7 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int64_t ab, int8_t* q, 
     if (isa == IsaLevel::kAvx512) {  // cpu/ggml_quant_avx512.cc: the same bits
       cpu::avx512::quantize_ggml_act(x + m0 * K, n, K, ab, qm, dm, sm, s32m);
       if (rm) cpu::avx512::ggml_act_residual(x + m0 * K, qm, dm, n, K, ab, rm);
-    } else if (isa == IsaLevel::kAvx2) {  // cpu/ggml_avx2.cc: the same bits
+    } else if (isa == IsaLevel::kAvx2) {  // cpu/ggml_quant_avx2.cc: the same bits
       cpu::avx2::quantize_ggml_act(x + m0 * K, n, K, ab, qm, dm, sm, s32m);
       if (rm) cpu::avx2::ggml_act_residual(x + m0 * K, qm, dm, n, K, ab, rm);
     } else {

@@ -1,5 +1,5 @@
 // The AVX-512 and AVX2 activation quantization of the GGML int8 kernels (cpu/ggml_quant_avx512.cc,
-// cpu/ggml_avx2.cc) against
+// cpu/ggml_quant_avx2.cc) against
 // a scalar transcription of the rule in kernels/ggml_matmul.cc's top comment: every byte of q,
 // every bit of d, s16, s32 and the int8x2 residual, on random rows, rounding ties, all-zero
 // blocks, tiny and huge values, ±0, ±inf and NaN.

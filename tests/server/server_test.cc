@@ -471,8 +471,11 @@ TEST(Server, DrainFinishesRunningThenStops) {
   b["stream"] = true;
   auto running = std::async(std::launch::async, [&] { return r->post("/v1/completions", b); });
   // Drain once it runs (it may even have finished already on a fast machine: then the 503
-  // checks below find the listener closed, which they allow).
-  for (int i = 0; i < 500; ++i) {
+  // checks below find the listener closed, which they allow). No short cap on the wait: on a
+  // loaded machine the request can take over a second to be admitted, and a drain before that
+  // refuses it (fresh-clone CI beside a compiler, 2026-12-06: "got no response: Read").
+  for (int i = 0; i < 15000; ++i) {
+    if (running.wait_for(std::chrono::seconds(0)) == std::future_status::ready) break;
     auto m = r->client(false).Get("/metrics");
     if (m && metric(m->body, "dflash:num_requests_running") >= 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -260,7 +260,8 @@ void matmul_bf16_packed_many(const float* x, int64_t M, const WeightMatrix* cons
 // The same for F16 weights in the kPackedF16x16 layout (the bits of avx512::matmul_f16_packed_many).
 void matmul_f16_packed_many(const float* x, int64_t M, const WeightMatrix* const* ws, float* const* ys,
                             int n, ThreadPool& pool, float* xf);
-// The GGML int8 kernels and activation quantization on AVX2 (cpu/ggml_avx2.cc): the contracts
+// The GGML int8 kernels and activation quantization on AVX2 (cpu/ggml_rows_avx2.cc: the original
+// blocks; cpu/ggml_avx2.cc: the packed tiles; cpu/ggml_quant_avx2.cc): the contracts
 // and bits of the avx512:: functions of the same names (matmul_ggml on the original blocks,
 // matmul_q32x16 / q4k16 / q6k16 on the packed layouts).
 bool ggml_supported(int dtype);
@@ -318,7 +319,7 @@ void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dx4, cons
 float plane_block_absmax(const float* w);
 void plane_block_values(const float* w, uint16_t d16, uint8_t* u, double* sums);
 // Output n of a supported GGML weight for the one activation row of `a` (its row 0, pair 0), on
-// the calling thread: the bits of matmul_ggml (cpu/ggml_avx2.cc).
+// the calling thread: the bits of matmul_ggml (cpu/ggml_rows_avx2.cc).
 float ggml_row_dot(const GgmlAct& a, const WeightMatrix& w, int64_t n);
 // avx512::packed16_rows_finish on AVX2 (cpu/packed_fma_avx2.cc): the listed outputs of a
 // kPackedAmxBf16 / kPackedF16x16 weight with the bits of matmul_bf16_packed_many /
