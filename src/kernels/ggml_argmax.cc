@@ -148,9 +148,9 @@ inline float half_output(const cpu::GgmlAct& a, int64_t m, const WeightMatrix& w
     const uint8_t* row = static_cast<const uint8_t*>(w.data) + n * nb * 34;
     return cpu::avx512::q8_0_row_dot(row, a.q + m * (w.n_in + 256), a.d + m * nb, nb);
   }
-  if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(int(w.dtype)))
+  if (isa == IsaLevel::kAvx512 && cpu::ggml_supported(int(w.dtype)))
     return cpu::avx512::ggml_row_dot(act_row(a, m, act_block(w.dtype)), w, n);
-  if (isa == IsaLevel::kAvx2 && cpu::avx2::ggml_supported(int(w.dtype)))
+  if (isa == IsaLevel::kAvx2 && cpu::ggml_supported(int(w.dtype)))
     return cpu::avx2::ggml_row_dot(act_row(a, m, act_block(w.dtype)), w, n);
   return ggml_portable_dot(a, m, w, n);
 }

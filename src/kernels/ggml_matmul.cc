@@ -367,7 +367,7 @@ void matmul_ggml(const float* x, int64_t n_rows, const WeightMatrix& w, float* y
   if (g_act == GgmlActivations::kFp32) {
     for (int64_t m0 = 0; m0 < n_rows; m0 += cpu::kGgmlRowChunk) {
       const int64_t M = std::min<int64_t>(cpu::kGgmlRowChunk, n_rows - m0);
-      if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
+      if (isa == IsaLevel::kAvx512 && cpu::ggml_supported(static_cast<int>(w.dtype))) {
         thread_local std::vector<float> rowbuf;
         const size_t need = static_cast<size_t>(pool.n_threads() * K);
         if (rowbuf.size() < need) rowbuf.resize(need);
@@ -458,7 +458,7 @@ void ggml_kernel(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, float*
     cpu::avx512::matmul_q6k16(a, M, w, ym, pool);
   } else if (isa == IsaLevel::kAvx512 && w.packed_format == kPackedQ32x16) {
     cpu::avx512::matmul_q32x16(a, M, w, ym, pool);
-  } else if (isa == IsaLevel::kAvx512 && cpu::avx512::ggml_supported(static_cast<int>(w.dtype))) {
+  } else if (isa == IsaLevel::kAvx512 && cpu::ggml_supported(static_cast<int>(w.dtype))) {
     cpu::avx512::matmul_ggml(a, M, w, ym, pool);
   } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ32x16 && avx_vnni_usable()) {
     cpu::avx2_vnni::matmul_q32x16(a, M, w, ym, pool);
@@ -472,7 +472,7 @@ void ggml_kernel(const cpu::GgmlAct& a, int64_t M, const WeightMatrix& w, float*
     cpu::avx2::matmul_q4k16(a, M, w, ym, pool);
   } else if (isa == IsaLevel::kAvx2 && w.packed_format == kPackedQ6K16) {
     cpu::avx2::matmul_q6k16(a, M, w, ym, pool);
-  } else if (isa == IsaLevel::kAvx2 && cpu::avx2::ggml_supported(static_cast<int>(w.dtype))) {
+  } else if (isa == IsaLevel::kAvx2 && cpu::ggml_supported(static_cast<int>(w.dtype))) {
     cpu::avx2::matmul_ggml(a, M, w, ym, pool);
   } else {
     pool.parallel_for(
@@ -623,6 +623,16 @@ GgmlActivations ggml_activations() { return ops::act_mode(); }
 }  // namespace dfl
 
 namespace dfl::cpu {
+
+bool ggml_supported(int dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0:
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
 
 Q32Panel q32_panel(const GgmlAct& a, int64_t M, int32_t corr_mul, float dx_mul) {
   const int64_t nb = a.K / 32, ldq = a.K + 256;

@@ -16,6 +16,11 @@
 
 namespace dfl::cpu {
 
+// The GGML block dtypes the AVX-512 and AVX2 int8 kernels run (avx512:: / avx2:: matmul_ggml,
+// ggml_row_dot; the AVX-512 fp32-activation kernel too); the others take the portable kernel.
+// Defined in kernels/ggml_matmul.cc, built without ISA flags (callable before any CPUID check).
+bool ggml_supported(int dtype);
+
 // Row stride (floats) of the fp32 activation copies the packed BF16 kernels' FMA form reads
 // (avx512::matmul_bf16_packed with fma, avx2::matmul_bf16_packed): K rounded up to 32, plus one
 // cache line, so that the rows of a row block (read together, a broadcast each per k pair) do not
@@ -115,8 +120,7 @@ void q8_0_plane_tiles(const int8_t* q, const int32_t* nc, const float* dx4, cons
 // Σ (w − ŵ)², Σ w², Σ ŵ² (ŵ = d·(4h + 1.5), in double) added to sums[0], [1], [2].
 float plane_block_absmax(const float* w);
 void plane_block_values(const float* w, uint16_t d16, uint8_t* u, double* sums);
-// GGML block matmul for M <= kGgmlRowChunk rows; ggml_supported(int(dtype)) says which dtypes.
-bool ggml_supported(int dtype);
+// GGML block matmul for M <= kGgmlRowChunk rows, the dtypes cpu::ggml_supported names.
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 // Output n of a supported GGML weight for the one activation row of `a` (its row 0, pair 0),
 // on the calling thread: the bits of matmul_ggml (the screen's exact finish).
@@ -264,7 +268,6 @@ void matmul_f16_packed_many(const float* x, int64_t M, const WeightMatrix* const
 // blocks; cpu/ggml_avx2.cc: the packed tiles; cpu/ggml_quant_avx2.cc): the contracts
 // and bits of the avx512:: functions of the same names (matmul_ggml on the original blocks,
 // matmul_q32x16 / q4k16 / q6k16 on the packed layouts).
-bool ggml_supported(int dtype);
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q32x16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);
 void matmul_q4k16(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool);

@@ -183,16 +183,6 @@ void range_q6k(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int
 
 }  // namespace
 
-bool ggml_supported(int dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0:
-    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
-
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   pool.parallel_for_redoable(
       w.n_out,
