@@ -245,23 +245,24 @@ void range_q6k(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int
   }
 }
 
+// Outputs [n0, n1) of any supported dtype (cpu::ggml_supported) by its row kernel.
+void range_any(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
+  switch (w.dtype) {
+    case DType::kQ8_0: return range32<kQ80>(a, M, w, y, n0, n1);
+    case DType::kQ4_0: return range32<kQ40>(a, M, w, y, n0, n1);
+    case DType::kQ5_0: return range32<kQ50>(a, M, w, y, n0, n1);
+    case DType::kQ4_K: return range_k45<false>(a, M, w, y, n0, n1);
+    case DType::kQ5_K: return range_k45<true>(a, M, w, y, n0, n1);
+    case DType::kQ6_K: return range_q6k(a, M, w, y, n0, n1);
+    default: return;
+  }
+}
+
 }  // namespace
 
 void matmul_ggml(const GgmlAct& a, int64_t M, const WeightMatrix& w, float* y, ThreadPool& pool) {
   pool.parallel_for_redoable(
-      w.n_out,
-      [&](int64_t n0, int64_t n1, int) {
-        switch (w.dtype) {
-          case DType::kQ8_0: return range32<kQ80>(a, M, w, y, n0, n1);
-          case DType::kQ4_0: return range32<kQ40>(a, M, w, y, n0, n1);
-          case DType::kQ5_0: return range32<kQ50>(a, M, w, y, n0, n1);
-          case DType::kQ4_K: return range_k45<false>(a, M, w, y, n0, n1);
-          case DType::kQ5_K: return range_k45<true>(a, M, w, y, n0, n1);
-          case DType::kQ6_K: return range_q6k(a, M, w, y, n0, n1);
-          default: return;
-        }
-      },
-      16);
+      w.n_out, [&](int64_t n0, int64_t n1, int) { range_any(a, M, w, y, n0, n1); }, 16);
 }
 
 float ggml_row_dot(const GgmlAct& a, const WeightMatrix& w, int64_t n) {
@@ -271,15 +272,7 @@ float ggml_row_dot(const GgmlAct& a, const WeightMatrix& w, int64_t n) {
   GgmlAct a1 = a;
   a1.pair = 0;
   float y = 0.0f;
-  switch (w.dtype) {
-    case DType::kQ8_0: range32<kQ80>(a1, 1, one, &y, 0, 1); break;
-    case DType::kQ4_0: range32<kQ40>(a1, 1, one, &y, 0, 1); break;
-    case DType::kQ5_0: range32<kQ50>(a1, 1, one, &y, 0, 1); break;
-    case DType::kQ4_K: range_k45<false>(a1, 1, one, &y, 0, 1); break;
-    case DType::kQ5_K: range_k45<true>(a1, 1, one, &y, 0, 1); break;
-    case DType::kQ6_K: range_q6k(a1, 1, one, &y, 0, 1); break;
-    default: break;
-  }
+  range_any(a1, 1, one, &y, 0, 1);
   return y;
 }
 
